@@ -1,0 +1,41 @@
+# tracebank — every target sets up what it needs (a .venv with the CPU torch pin).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.tracebank-installed
+
+# LiteLLM (imported by agentlightning) otherwise fetches a price map from the internet and stalls.
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export PYTHONUNBUFFERED := 1
+
+.PHONY: help install demo test lint bench clean
+
+help:  ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## Create .venv and install tracebank with the CPU torch pin
+
+demo: $(STAMP)  ## Run the whole loop locally: store, proxy, agent, collect, transform, train
+	$(VENV)/bin/tracebank --warehouse demo-warehouse demo
+
+test: $(STAMP)  ## Run the test suite
+	$(PY) -m pytest -q
+
+lint: $(STAMP)  ## ruff, then mypy on the packages
+	$(VENV)/bin/ruff check collect transform train warehouse tracebank_cli tests bench
+	$(VENV)/bin/mypy collect transform train warehouse tracebank_cli
+
+bench: $(STAMP)  ## Benchmarks; numbers go to BENCHMARKS.md
+	$(PY) -m bench.run
+
+clean:  ## Remove the venv and demo output
+	rm -rf $(VENV) demo-warehouse demo-models

@@ -1,0 +1,32 @@
+"""Shared fixtures: a real `agl store` server and its client."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import pytest  # noqa: E402
+
+from tests.fixtures.store_server import agl_store_server  # noqa: E402
+from warehouse.layout import Warehouse  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def store_url(tmp_path_factory: pytest.TempPathFactory):
+    """A real `agl store` shared by one test module (starting one takes seconds)."""
+    with agl_store_server(tmp_path_factory.mktemp("store-logs")) as (url, _proc):
+        yield url
+
+
+@pytest.fixture
+def fresh_store_url(tmp_path):
+    """A real `agl store` of this test's own."""
+    with agl_store_server(tmp_path) as (url, _proc):
+        yield url
+
+
+@pytest.fixture
+def wh(tmp_path) -> Warehouse:
+    """An empty, initialised warehouse folder."""
+    return Warehouse(tmp_path / "warehouse").init()

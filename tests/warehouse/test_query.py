@@ -1,0 +1,50 @@
+import pyarrow as pa
+import pytest
+
+from warehouse.commit import commit_manifest, write_parquet_atomic
+from warehouse.errors import CorruptFileError, QueryError
+from warehouse.query import TABLES, connect, run_sql
+from warehouse.schemas import SPANS, conform
+
+
+def _commit_spans(wh, cid, names):
+    folder = wh.collection_dir(cid)
+    table = conform(pa.table({"collection_id": [cid] * len(names), "name": names}), SPANS)
+    entry = write_parquet_atomic(folder / "spans-0000.parquet", table)
+    commit_manifest(folder, {"collection_id": cid, "files": [{**entry, "table": "spans"}]})
+    return folder / "spans-0000.parquet"
+
+
+def test_every_table_has_a_view_on_an_empty_warehouse(wh):
+    con = connect(wh)
+    for name in TABLES:
+        assert con.execute(f"SELECT count(*) FROM {name}").fetchall() == [(0,)]
+
+
+def test_views_union_committed_collections(wh):
+    _commit_spans(wh, "c1", ["a", "b"])
+    _commit_spans(wh, "c2", ["c"])
+    out = run_sql(wh, "SELECT collection_id, count(*) n FROM spans GROUP BY 1 ORDER BY 1")
+    assert out.to_pylist() == [{"collection_id": "c1", "n": 2}, {"collection_id": "c2", "n": 1}]
+
+
+@pytest.mark.parametrize("statement", [
+    "DROP VIEW spans", "CREATE TABLE t (a INT)", "COPY (SELECT 1) TO '/tmp/x.csv'",
+    "ATTACH 'x.duckdb'", "INSTALL httpfs", "SELECT 1; DELETE FROM spans",
+])
+def test_non_reads_are_refused(wh, statement):
+    with pytest.raises(QueryError, match="only runs reads"):
+        run_sql(wh, statement)
+
+
+def test_truncated_parquet_is_named(wh):
+    path = _commit_spans(wh, "c1", ["a"])
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(CorruptFileError, match=str(path)):
+        run_sql(wh, "SELECT * FROM spans")
+
+
+def test_syntax_error_is_one_line(wh):
+    with pytest.raises(QueryError) as err:
+        run_sql(wh, "SELEKT 1")
+    assert "\n" not in err.value.one_line()

@@ -1,0 +1,1 @@
+"""tracebank's command line: thin wrappers over each stage's public function."""

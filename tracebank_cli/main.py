@@ -1,0 +1,78 @@
+"""The `tracebank` command: one group, one module per command family.
+
+Every command is a thin wrapper over a public library function. Stages are
+imported inside the commands so `tracebank --help` and `tracebank sql` start
+fast. This is the only place that turns a TracebankError into a message and an
+exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from warehouse.errors import TracebankError
+
+# LiteLLM (pulled in by agentlightning) fetches a price map from the internet at
+# import time and stalls without network; the bundled copy is enough.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+class TracebankGroup(click.Group):
+    """Runs a command and reports TracebankError as one line (traceback with --debug)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TracebankError as exc:
+            if ctx.meta.get("tracebank.debug"):
+                raise
+            click.echo(f"Error: {exc.one_line()}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("Interrupted; nothing partial was committed.", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=TracebankGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--warehouse", "warehouse_path", envvar="TRACEBANK_WAREHOUSE",
+              type=click.Path(file_okay=False), default=None,
+              help="Warehouse folder (default: $TRACEBANK_WAREHOUSE, else ./warehouse).")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="tracebank")
+@click.pass_context
+def cli(ctx: click.Context, warehouse_path: str | None, debug: bool) -> None:
+    """Durable, SQL-queryable warehouse and trainer for Agent Lightning traces."""
+    from warehouse.layout import Warehouse
+
+    ctx.meta["tracebank.debug"] = debug
+    ctx.obj = Warehouse.resolve(warehouse_path)
+
+
+def _register() -> None:
+    from tracebank_cli import sql_cmd
+
+    cli.add_command(sql_cmd.sql)
+    for module_name in ("collect_cmd", "transform_cmd", "train_cmd", "demo_cmd"):
+        try:
+            module = __import__(f"tracebank_cli.{module_name}", fromlist=["COMMANDS"])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"tracebank_cli.{module_name}":
+                raise
+            continue
+        for command in module.COMMANDS:
+            cli.add_command(command)
+
+
+_register()
+
+
+def main() -> None:
+    cli(prog_name="tracebank")
+
+
+if __name__ == "__main__":
+    main()

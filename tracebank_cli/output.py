@@ -1,0 +1,42 @@
+"""Rendering Arrow tables for the terminal: table, csv or json."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+import pyarrow as pa
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list | dict):
+        text = json.dumps(value, default=str)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return str(value)
+
+
+def render(table: pa.Table, fmt: str = "table") -> str:
+    """``table`` as an aligned text table, CSV or JSON lines."""
+    rows = table.to_pylist()
+    if fmt == "json":
+        return "\n".join(json.dumps(r, default=str) for r in rows)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(table.column_names)
+        for r in rows:
+            writer.writerow([json.dumps(v) if isinstance(v, list | dict) else v for v in r.values()])
+        return buf.getvalue().rstrip("\n")
+    cells = [[_cell(v) for v in r.values()] for r in rows]
+    widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(table.column_names)]
+    line = "  ".join(n.ljust(w) for n, w in zip(table.column_names, widths, strict=True))
+    out = [line.rstrip(), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)

@@ -1,0 +1,148 @@
+"""The one commit protocol every writer uses.
+
+Data files are written under a temporary name, fsynced and renamed into place;
+the manifest listing them is written last, the same way. A reader only trusts
+files named by a committed manifest, so a writer killed at any point leaves
+nothing a reader can see, only unreferenced files that ``tracebank gc`` may
+delete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from warehouse.errors import CorruptFileError, WarehouseError
+from warehouse.layout import MANIFEST
+
+TMP_MARK = ".tmp-"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _tmp_name(final: Path) -> Path:
+    return final.with_name(f"{final.name}{TMP_MARK}{uuid.uuid4().hex[:12]}")
+
+
+@contextmanager
+def atomic_path(final: Path) -> Iterator[Path]:
+    """Yield a temp path to write; on success fsync it and rename it to ``final``."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(final)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_bytes_atomic(final: Path, data: bytes) -> None:
+    with atomic_path(final) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_json_atomic(final: Path, obj: Any) -> None:
+    write_bytes_atomic(final, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def write_parquet_atomic(final: Path, table: pa.Table, **kwargs: Any) -> dict[str, Any]:
+    """Write ``table`` to ``final`` atomically; return its manifest file entry."""
+    kwargs.setdefault("compression", "zstd")
+    with atomic_path(final) as tmp:
+        pq.write_table(table, tmp, **kwargs)
+    return file_entry(final, rows=table.num_rows)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_entry(path: Path, rows: int | None = None) -> dict[str, Any]:
+    """What a manifest records of one data file: name relative to the manifest, size, hash."""
+    entry: dict[str, Any] = {
+        "path": path.name,
+        "bytes": path.stat().st_size,
+        "sha256": sha256_file(path),
+    }
+    if rows is not None:
+        entry["rows"] = rows
+    return entry
+
+
+def commit_manifest(folder: Path, manifest: dict[str, Any]) -> Path:
+    """Commit ``folder`` by writing its manifest last, after checking every listed file exists."""
+    for entry in manifest.get("files", []):
+        if not (folder / entry["path"]).exists():
+            raise WarehouseError(f"refusing to commit {folder}: {entry['path']} is missing")
+    path = folder / MANIFEST
+    write_json_atomic(path, manifest)
+    return path
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The committed manifest of ``folder``, or None when it was never committed."""
+    path = folder / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise CorruptFileError(f"manifest {path} is not valid JSON: {exc}") from exc
+
+
+def committed_files(folder: Path, manifest: dict[str, Any], table: str | None = None) -> list[Path]:
+    """Paths of the files ``manifest`` lists (optionally only those of ``table``)."""
+    return [
+        folder / e["path"]
+        for e in manifest.get("files", [])
+        if table is None or e.get("table") == table
+    ]
+
+
+def check_sizes(folder: Path, manifest: dict[str, Any]) -> None:
+    """Cheap integrity check: every listed file exists with the recorded size."""
+    for entry in manifest.get("files", []):
+        path = folder / entry["path"]
+        if not path.exists():
+            raise CorruptFileError(f"committed file {path} is missing")
+        size = path.stat().st_size
+        if "bytes" in entry and size != entry["bytes"]:
+            raise CorruptFileError(
+                f"committed file {path} is {size} bytes, manifest says {entry['bytes']}",
+                "the file was truncated or altered after commit",
+            )
+
+
+def verify_hashes(folder: Path, manifest: dict[str, Any]) -> None:
+    """Full integrity check: sizes, then the sha256 of every listed file."""
+    check_sizes(folder, manifest)
+    for entry in manifest.get("files", []):
+        path = folder / entry["path"]
+        if "sha256" in entry and sha256_file(path) != entry["sha256"]:
+            raise CorruptFileError(
+                f"committed file {path} does not match its sha256 in the manifest",
+                "the file was altered after commit; rebuild it",
+            )

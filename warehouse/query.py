@@ -1,0 +1,194 @@
+"""DuckDB over the warehouse: an in-memory connection with one view per table.
+
+Views read only files that committed manifests list, so a query never sees a
+writer's partial output and never blocks on a writer. No ``.duckdb`` file is
+ever opened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from warehouse import catalog, schemas
+from warehouse.commit import check_sizes
+from warehouse.errors import CorruptFileError, QueryError
+from warehouse.layout import Warehouse
+
+READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}
+
+TABLES = (
+    "rollouts", "attempts", "spans",
+    "llm_calls", "rewards", "messages",
+    "dataset_rows",
+    "collections", "datasets", "runs", "run_metrics",
+)
+
+
+def _sql_list(paths: Iterable[Path]) -> str:
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _view_over_files(con: duckdb.DuckDBPyConnection, name: str, files: list[Path],
+                     schema: pa.Schema) -> None:
+    if files:
+        con.execute(
+            f"CREATE VIEW {name} AS SELECT * FROM read_parquet({_sql_list(files)}, "
+            "union_by_name = true)"
+        )
+    else:
+        _view_over_arrow(con, name, schema.empty_table())
+
+
+def _view_over_arrow(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    con.register(f"_{name}_arrow", table)
+    con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_arrow")
+
+
+def _files_by_table(entries: list[tuple[Path, dict[str, Any]]], check: bool) -> dict[str, list[Path]]:
+    out: dict[str, list[Path]] = {}
+    for folder, manifest in entries:
+        if check:
+            check_sizes(folder, manifest)
+        for entry in manifest.get("files", []):
+            out.setdefault(entry.get("table", ""), []).append(folder / entry["path"])
+    return out
+
+
+def _dataset_rows_view(con: duckdb.DuckDBPyConnection, wh: Warehouse, check: bool) -> None:
+    keys: dict[str, list[Any]] = {"filename": [], "dataset": [], "version": [], "split": []}
+    for folder, manifest in catalog.dataset_versions(wh):
+        if check:
+            check_sizes(folder, manifest)
+        for entry in manifest.get("files", []):
+            keys["filename"].append(str(folder / entry["path"]))
+            keys["dataset"].append(manifest.get("name", folder.parent.name))
+            keys["version"].append(catalog.version_number(folder))
+            keys["split"].append(entry.get("split", entry.get("table", "train")))
+    if not keys["filename"]:
+        empty = pa.schema([("dataset", pa.string()), ("version", pa.int64()),
+                           ("split", pa.string())] + list(schemas.DATASET_ROWS))
+        _view_over_arrow(con, "dataset_rows", empty.empty_table())
+        return
+    con.register("_dataset_files", pa.table(keys))
+    con.execute(
+        "CREATE VIEW dataset_rows AS SELECT f.dataset, f.version, f.split, r.* EXCLUDE (filename) "
+        f"FROM read_parquet({_sql_list(keys['filename'])}, filename = true, union_by_name = true) r "
+        "JOIN _dataset_files f USING (filename)"
+    )
+
+
+def _flatten(record: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any]:
+    row = {k: record.get(k) for k in keep}
+    for k, v in row.items():
+        if isinstance(v, dict | list):
+            row[k] = json.dumps(v, sort_keys=True)
+    row["record"] = json.dumps(record, sort_keys=True, default=str)
+    return row
+
+
+def _catalog_view(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, Any]],
+                  keep: tuple[str, ...]) -> None:
+    flat = [_flatten(r, keep) for r in rows]
+    cols = list(keep) + ["record"]
+    arrays = {c: [r.get(c) for r in flat] for c in cols}
+    table = pa.table({c: pa.array([], pa.string()) for c in cols}) if not flat else pa.table(arrays)
+    _view_over_arrow(con, name, table)
+
+
+COLLECTION_KEYS = ("collection_id", "created_at", "tag", "store_url", "counts", "seconds")
+DATASET_KEYS = ("name", "version", "created_at", "content_hash", "rows", "params", "sources")
+RUN_KEYS = ("run_id", "status", "dataset", "base_model", "backend", "output_dir",
+            "started_at", "finished_at", "summary", "error")
+
+
+def _run_metrics_view(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
+    rows: list[dict[str, Any]] = []
+    for folder, record in catalog.runs(wh):
+        path = folder / "metrics.jsonl"
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line being appended right now
+            rows.append({
+                "run_id": record.get("run_id", folder.name),
+                "step": event.get("step"),
+                "epoch": event.get("epoch"),
+                "split": event.get("split", "train"),
+                "loss": event.get("loss"),
+                "learning_rate": event.get("learning_rate"),
+                "grad_norm": event.get("grad_norm"),
+                "tokens": event.get("tokens"),
+                "time": event.get("time"),
+            })
+    schema = pa.schema([("run_id", pa.string()), ("step", pa.int64()), ("epoch", pa.float64()),
+                        ("split", pa.string()), ("loss", pa.float64()),
+                        ("learning_rate", pa.float64()), ("grad_norm", pa.float64()),
+                        ("tokens", pa.int64()), ("time", pa.float64())])
+    _view_over_arrow(con, "run_metrics", pa.Table.from_pylist(rows, schema=schema))
+
+
+def connect(wh: Warehouse, check: bool = True) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with a view for every warehouse table.
+
+    ``check`` compares every committed file's size with its manifest first, so
+    a truncated file is named up front instead of failing mid-query.
+    """
+    wh.check_format()
+    con = duckdb.connect(":memory:")
+    bronze = _files_by_table(catalog.collections(wh), check)
+    for name, schema in schemas.BRONZE.items():
+        _view_over_files(con, name, bronze.get(name, []), schema)
+    silver = _files_by_table(catalog.silver_caches(wh), check)
+    for name, schema in schemas.SILVER.items():
+        _view_over_files(con, name, silver.get(name, []), schema)
+    _dataset_rows_view(con, wh, check)
+    _catalog_view(con, "collections", [m for _, m in catalog.collections(wh)], COLLECTION_KEYS)
+    _catalog_view(con, "datasets", [m for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)
+    _catalog_view(con, "runs", [r for _, r in catalog.runs(wh)], RUN_KEYS)
+    _run_metrics_view(con, wh)
+    return con
+
+
+def ensure_read_only(sql: str) -> None:
+    """Raise QueryError unless every statement in ``sql`` only reads."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL syntax error: {_first_line(exc)}") from exc
+    if not statements:
+        raise QueryError("empty SQL statement")
+    for st in statements:
+        kind = st.type.name
+        if kind not in READ_ONLY_TYPES:
+            raise QueryError(
+                f"refusing a {kind} statement: `tracebank sql` only runs reads",
+                "use SELECT (the warehouse is changed only by collect, transform and train)",
+            )
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def run_sql(wh: Warehouse, sql: str) -> pa.Table:
+    """Run a read-only statement over the warehouse views and return the result."""
+    ensure_read_only(sql)
+    con = connect(wh)
+    try:
+        return con.sql(sql).to_arrow_table()
+    except duckdb.Error as exc:
+        message = _first_line(exc)
+        if "parquet" in message.lower() or "magic bytes" in message.lower():
+            raise CorruptFileError(f"unreadable Parquet file: {message}") from exc
+        raise QueryError(f"query failed: {message}") from exc
+    finally:
+        con.close()

@@ -1,0 +1,127 @@
+"""Arrow schemas of every table in the warehouse.
+
+Bronze tables keep what the store returned (JSON-valued fields as JSON text,
+so nothing is lost); silver tables hold typed, parsed fields; gold tables are
+the rows a trainer reads. Writers cast to these schemas so every file of a
+table has the same types, and empty views still have the right columns.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+TOKENS = pa.list_(pa.int32())
+
+ROLLOUTS = pa.schema([
+    ("collection_id", pa.string()),
+    ("rollout_id", pa.string()),
+    ("input", pa.string()),          # JSON
+    ("start_time", pa.float64()),
+    ("end_time", pa.float64()),
+    ("mode", pa.string()),
+    ("resources_id", pa.string()),
+    ("status", pa.string()),
+    ("config", pa.string()),         # JSON
+    ("metadata", pa.string()),       # JSON
+])
+
+ATTEMPTS = pa.schema([
+    ("collection_id", pa.string()),
+    ("rollout_id", pa.string()),
+    ("attempt_id", pa.string()),
+    ("sequence_id", pa.int64()),
+    ("start_time", pa.float64()),
+    ("end_time", pa.float64()),
+    ("status", pa.string()),
+    ("worker_id", pa.string()),
+    ("last_heartbeat_time", pa.float64()),
+    ("metadata", pa.string()),       # JSON
+])
+
+SPANS = pa.schema([
+    ("collection_id", pa.string()),
+    ("rollout_id", pa.string()),
+    ("attempt_id", pa.string()),
+    ("sequence_id", pa.int64()),
+    ("trace_id", pa.string()),
+    ("span_id", pa.string()),
+    ("parent_id", pa.string()),
+    ("name", pa.string()),
+    ("status", pa.string()),         # JSON {status_code, description}
+    ("attributes", pa.string()),     # JSON, whole (redacted unless --no-redact)
+    ("events", pa.string()),         # JSON
+    ("links", pa.string()),          # JSON
+    ("start_time", pa.float64()),
+    ("end_time", pa.float64()),
+    ("context", pa.string()),        # JSON
+    ("parent", pa.string()),         # JSON
+    ("resource", pa.string()),       # JSON
+])
+
+LLM_CALLS = pa.schema([
+    ("collection_id", pa.string()),
+    ("rollout_id", pa.string()),
+    ("attempt_id", pa.string()),
+    ("span_id", pa.string()),
+    ("span_name", pa.string()),
+    ("sequence_id", pa.int64()),
+    ("start_time", pa.float64()),
+    ("response_id", pa.string()),
+    ("model", pa.string()),
+    ("prompt_token_ids", TOKENS),
+    ("response_token_ids", TOKENS),
+    ("prompt_len", pa.int32()),
+    ("response_len", pa.int32()),
+    ("reject_reason", pa.string()),  # null when the call is usable
+])
+
+REWARDS = pa.schema([
+    ("collection_id", pa.string()),
+    ("rollout_id", pa.string()),
+    ("attempt_id", pa.string()),
+    ("span_id", pa.string()),
+    ("span_name", pa.string()),
+    ("sequence_id", pa.int64()),
+    ("start_time", pa.float64()),
+    ("name", pa.string()),
+    ("value", pa.float64()),
+    ("source", pa.string()),         # agentlightning | agentops
+])
+
+MESSAGES = pa.schema([
+    ("collection_id", pa.string()),
+    ("rollout_id", pa.string()),
+    ("attempt_id", pa.string()),
+    ("span_id", pa.string()),        # the litellm_request span of the call
+    ("sequence_id", pa.int64()),
+    ("direction", pa.string()),      # input | output
+    ("message_index", pa.int32()),
+    ("role", pa.string()),
+    ("content", pa.string()),
+])
+
+DATASET_ROWS = pa.schema([
+    ("input_ids", TOKENS),
+    ("attention_mask", TOKENS),
+    ("labels", TOKENS),
+    ("reward", pa.float64()),
+    ("rollout_id", pa.string()),
+    ("attempt_id", pa.string()),
+    ("span_id", pa.string()),
+])
+
+BRONZE = {"rollouts": ROLLOUTS, "attempts": ATTEMPTS, "spans": SPANS}
+SILVER = {"llm_calls": LLM_CALLS, "rewards": REWARDS, "messages": MESSAGES}
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Reorder and cast ``table``'s columns to ``schema`` (extra columns are kept last)."""
+    cols = []
+    for field in schema:
+        if field.name in table.column_names:
+            cols.append(table.column(field.name).cast(field.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, field.type))
+    extra = [n for n in table.column_names if n not in schema.names]
+    names = schema.names + extra
+    return pa.Table.from_arrays(cols + [table.column(n) for n in extra], names=names)
