@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.tracebank-installed
+PACKAGES := $(wildcard warehouse collect transform train serve loop tracebank_cli)
 
 # LiteLLM (imported by agentlightning) otherwise fetches a price map from the internet and stalls.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
@@ -31,8 +32,8 @@ test: $(STAMP)  ## Run the test suite
 	$(PY) -m pytest -q
 
 lint: $(STAMP)  ## ruff, then mypy on the packages
-	$(VENV)/bin/ruff check collect transform train warehouse tracebank_cli tests bench
-	$(VENV)/bin/mypy collect transform train warehouse tracebank_cli
+	$(VENV)/bin/ruff check $(PACKAGES) tests bench
+	$(VENV)/bin/mypy $(PACKAGES)
 
 bench: $(STAMP)  ## Benchmarks; numbers go to BENCHMARKS.md
 	$(PY) -m bench.run
