@@ -1,0 +1,139 @@
+"""Model servers as child processes: start one, wait for its health check, stop it.
+
+Used for the CPU server here, and meant for ``vllm serve`` too: both are a
+command line plus a ``/health`` route.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from serve.errors import ServerStartError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def is_healthy(url: str, timeout: float = 1.0) -> bool:
+    """Whether ``url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return bool(resp.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def cpu_server_command(model: str | Path, port: int, host: str = "127.0.0.1",
+                       served_model_name: str | None = None, max_model_len: int | None = None,
+                       default_max_tokens: int | None = None, threads: int | None = None) -> list[str]:
+    """The command line that serves ``model`` with the CPU server, like ``vllm serve`` would."""
+    cmd = [sys.executable, "-m", "serve.cpu_server", "--model", str(model), "--host", host,
+           "--port", str(port)]
+    if served_model_name:
+        cmd += ["--served-model-name", served_model_name]
+    if max_model_len:
+        cmd += ["--max-model-len", str(max_model_len)]
+    if default_max_tokens:
+        cmd += ["--default-max-tokens", str(default_max_tokens)]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    return cmd
+
+
+@dataclass
+class ServerProcess:
+    """A started model server: its process, base URL (``.../v1``) and log file."""
+
+    process: subprocess.Popen[bytes]
+    base_url: str
+    health_url: str
+    log_path: Path | None = None
+
+    def log_tail(self, chars: int = 2000) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the server's process group, then SIGKILL it if it lingers."""
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def start_server(command: Sequence[str], base_url: str, health_url: str, log_path: Path | None = None,
+                 timeout: float = 120.0, env: dict[str, str] | None = None) -> ServerProcess:
+    """Start ``command`` in its own process group and wait until ``health_url`` answers 200.
+
+    Raises ServerStartError (with the end of the log) if it exits or stays unhealthy.
+    """
+    log: IO[bytes] | int = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+    except OSError as exc:
+        raise ServerStartError(f"cannot run {command[0]}: {exc}") from exc
+    finally:
+        if not isinstance(log, int):
+            log.close()
+    server = ServerProcess(proc, base_url, health_url, log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = server.log_tail(600).strip().splitlines()
+            raise ServerStartError(f"model server exited with {proc.returncode} before it was healthy"
+                                   + (f": {tail[-1]}" if tail else ""),
+                                   f"see {log_path}" if log_path else None)
+        if is_healthy(health_url):
+            return server
+        time.sleep(0.2)
+    server.stop()
+    raise ServerStartError(f"model server not healthy at {health_url} after {timeout:.0f}s",
+                           f"see {log_path}" if log_path else None)
+
+
+def start_cpu_server(model: str | Path, port: int | None = None, host: str = "127.0.0.1",
+                     served_model_name: str | None = None, max_model_len: int | None = None,
+                     default_max_tokens: int | None = None, log_path: Path | None = None,
+                     timeout: float = 120.0, threads: int | None = None) -> ServerProcess:
+    """Serve ``model`` with ``python -m serve.cpu_server`` on ``port`` (a free one when None)."""
+    port = port or free_port(host)
+    cmd = cpu_server_command(model, port, host, served_model_name, max_model_len, default_max_tokens,
+                             threads)
+    root = f"http://{host}:{port}"
+    # The child imports `serve` from this checkout even when tracebank is not installed.
+    repo = str(Path(__file__).resolve().parents[1])
+    pythonpath = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)
+    return start_server(cmd, f"{root}/v1", f"{root}/health", log_path, timeout,
+                        env={"PYTHONPATH": pythonpath})
