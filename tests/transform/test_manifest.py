@@ -1,0 +1,146 @@
+"""The version contract the train stage relies on: files, schema, manifest, hash, views."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.fixtures.bronze import commit_collection
+from tests.transform.oracle import scenario
+from transform import TransformConfig, build_silver, transform
+from transform.errors import EmptyDatasetError
+from warehouse import catalog, schemas
+from warehouse.commit import verify_hashes
+from warehouse.errors import NotFoundError
+from warehouse.layout import Warehouse
+from warehouse.query import run_sql
+
+
+@pytest.fixture(scope="module")
+def wh(tmp_path_factory):
+    wh = Warehouse(tmp_path_factory.mktemp("manifest") / "warehouse").init()
+    sc = scenario(seed=1, n_random=20)
+    commit_collection(wh, sc.spans, rollouts=sc.rollouts(), attempts=sc.attempts, collection_id="c1")
+    return wh
+
+
+@pytest.fixture(scope="module")
+def version(wh):
+    return transform(wh, TransformConfig(name="ds", val_fraction=0.2, seed=4))
+
+
+def test_files_schema_and_manifest_keys(version):
+    m = version.manifest
+    assert version.folder == version.folder.parent / "v0001" and m["version"] == 1 and m["name"] == "ds"
+    for key in ("created_at", "tracebank_version", "content_hash", "params", "sources", "counts", "stats",
+                "rows", "files"):
+        assert key in m
+    assert [(f["path"], f["table"], f["split"]) for f in m["files"]] == [
+        ("train.parquet", "dataset_rows", "train"), ("validation.parquet", "dataset_rows", "validation")]
+    verify_hashes(version.folder, m)
+    total = 0
+    for f in m["files"]:
+        table = pq.read_table(version.folder / f["path"])
+        assert table.schema.names[:len(schemas.DATASET_ROWS)] == schemas.DATASET_ROWS.names
+        for field in schemas.DATASET_ROWS:
+            assert table.schema.field(field.name).type == field.type
+        assert table.num_rows == f["rows"]
+        total += table.num_rows
+    assert m["rows"] == total == m["stats"]["rows"]
+    assert m["params"] == {"name": "ds", "collections": [], "top_fraction": 1.0, "seed": 4,
+                           "min_reward": None,
+                           "select_by": "triplet", "per_task": None, "val_fraction": 0.2, "max_length": None,
+                           "dedup": False, "merge": "none", "rebuild_silver": False}
+    assert [s["collection_id"] for s in m["sources"]] == ["c1"] and len(m["sources"][0]["content_hash"]) == 64
+
+
+def test_stats_match_the_rows(version):
+    rows = []
+    for f in version.manifest["files"]:
+        rows += pq.read_table(version.folder / f["path"]).to_pylist()
+    st = version.manifest["stats"]
+    assert st["tokens"] == sum(len(r["input_ids"]) for r in rows)
+    assert st["trained_tokens"] == sum(sum(1 for x in r["labels"] if x != -100) for r in rows)
+    assert st["max_length"] == max(len(r["input_ids"]) for r in rows)
+    assert st["max_token_id"] == max(max(r["input_ids"]) for r in rows)
+    assert st["reward"]["min"] == min(r["reward"] for r in rows)
+    assert st["reward"]["max"] == max(r["reward"] for r in rows)
+    assert st["lengths"]["max"] == st["max_length"]
+    assert all(r["attention_mask"] == [1] * len(r["input_ids"]) for r in rows)
+
+
+def test_same_inputs_and_params_same_hash(wh, version):
+    again = transform(wh, TransformConfig(name="ds", val_fraction=0.2, seed=4))
+    other_name = transform(wh, TransformConfig(name="copy", val_fraction=0.2, seed=4))
+    reseeded = transform(wh, TransformConfig(name="ds", val_fraction=0.2, seed=5))
+    assert again.ref.version == version.ref.version + 1
+    assert again.manifest["content_hash"] == version.manifest["content_hash"]
+    assert other_name.manifest["content_hash"] == version.manifest["content_hash"]
+    assert reseeded.manifest["content_hash"] != version.manifest["content_hash"]
+
+
+def test_loads_with_hugging_face_datasets(version):
+    from datasets import load_dataset
+
+    files = {f["split"]: str(version.folder / f["path"]) for f in version.manifest["files"]}
+    ds = load_dataset("parquet", data_files=files)
+    assert ds["train"].num_rows + ds["validation"].num_rows == version.manifest["rows"]
+    row = ds["train"][0]
+    assert len(row["input_ids"]) == len(row["labels"]) == len(row["attention_mask"])
+    assert {"input_ids", "attention_mask", "labels", "reward"} <= set(ds["train"].column_names)
+
+
+def test_views_in_sql(wh, version):
+    got = run_sql(wh, "SELECT dataset, version, split, count(*) AS n FROM dataset_rows WHERE dataset = 'ds' "
+                      "AND version = 1 GROUP BY ALL ORDER BY split").to_pylist()
+    assert [(r["split"], r["n"]) for r in got] == [(f["split"], f["rows"]) for f in version.manifest["files"]]
+    assert run_sql(wh, "SELECT count(*) AS n FROM datasets WHERE name = 'ds'").to_pylist()[0]["n"] >= 1
+    calls = run_sql(wh, "SELECT count(*) AS n, count(reject_reason) AS bad FROM llm_calls").to_pylist()[0]
+    assert calls["n"] > 50 and calls["bad"] == 2
+    assert run_sql(wh, "SELECT count(*) AS n FROM rewards WHERE source = 'agentops'").to_pylist()[0]["n"] == 2
+    msgs = run_sql(wh, "SELECT role, content FROM messages WHERE direction = 'output' "
+                       "AND content LIKE '%it''s%token_ids%'").to_pylist()
+    assert msgs and msgs[0]["role"] == "assistant"
+
+
+def test_silver_is_cached_and_rebuilt_on_request(wh, version):
+    first = build_silver(wh)[0]
+    assert build_silver(wh)[0] == first
+    rebuilt = build_silver(wh, force=True)[0]
+    assert rebuilt["files"] != first["files"]
+    assert [f["rows"] for f in rebuilt["files"]] == [f["rows"] for f in first["files"]]
+    folder = wh.silver_collection_dir("c1")
+    assert sorted(p.name for p in folder.iterdir()) == sorted([f["path"] for f in rebuilt["files"]] +
+                                                              ["manifest.json"])
+
+
+def test_unknown_collection_and_no_rows(wh, tmp_path):
+    with pytest.raises(NotFoundError, match="no committed collection 'nope'"):
+        transform(wh, TransformConfig(name="x", collections=("nope",)))
+    empty = Warehouse(tmp_path / "empty").init()
+    with pytest.raises(NotFoundError, match="no committed collection"):
+        transform(empty, TransformConfig(name="x"))
+    with pytest.raises(EmptyDatasetError):
+        transform(wh, TransformConfig(name="none", min_reward=1e9))
+    assert not wh.dataset_dir("none").exists() or not catalog.dataset_versions(wh, "none")
+
+
+def test_a_failed_write_leaves_no_version(wh, monkeypatch):
+    import transform.builder as builder
+
+    real = builder.write_parquet_atomic
+    calls = []
+
+    def failing(final, table, **kw):
+        calls.append(final)
+        if final.name == "validation.parquet":
+            raise OSError("disk full")
+        return real(final, table, **kw)
+
+    monkeypatch.setattr(builder, "write_parquet_atomic", failing)
+    before = catalog.dataset_versions(wh, "ds")
+    with pytest.raises(OSError):
+        transform(wh, TransformConfig(name="ds", val_fraction=0.2))
+    assert len(calls) == 2
+    assert catalog.dataset_versions(wh, "ds") == before
+    assert sorted(p.name for p in wh.dataset_dir("ds").iterdir()) == sorted(f.name for f, _ in before)

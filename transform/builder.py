@@ -1,0 +1,215 @@
+"""`transform`: committed collections to a new, immutable dataset version ``NAME@vN``.
+
+Order of work: silver caches (built once per collection) -> rewarded calls
+(upstream's adapter + the recipe's reverse walk) -> token rows (optionally
+merged per trajectory) -> filters and selection -> Parquet files -> manifest.
+The version folder is reserved first and committed last; on any failure it
+is removed, and a reader never sees it in between (no manifest yet).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transform import silver as silver_mod
+from transform.config import TransformConfig
+from transform.errors import EmptyDatasetError, NoCollectionsError
+from transform.manifest import content_hash, source_hash, stats, summary_line
+from transform.rows import build_rows
+from transform.select import rollout_scores, select_rows
+from transform.triplets import CallCounts, rewarded_calls
+from warehouse import catalog, schemas
+from warehouse.catalog import DatasetRef
+from warehouse.commit import commit_manifest, committed_files, write_parquet_atomic
+from warehouse.layout import Warehouse
+
+CALL_COLUMNS = ["collection_id", "rollout_id", "attempt_id", "span_id", "sequence_id", "start_time",
+                "response_id", "prompt_token_ids", "response_token_ids", "prompt_len", "response_len",
+                "reject_reason", "span_index"]
+REWARD_COLUMNS = ["rollout_id", "attempt_id", "span_id", "sequence_id", "start_time", "value",
+                  "reject_reason", "span_index"]
+EXTRA_COLUMNS = ["collection_id", "response_id", "calls"]
+# Small string columns repeat a lot; token lists are written plain (dictionaries do not pay there).
+_DICT_COLUMNS = ["rollout_id", "attempt_id", "collection_id"]
+
+
+@dataclass(frozen=True)
+class TransformResult:
+    """The committed version: its reference, folder and manifest."""
+
+    ref: DatasetRef
+    folder: Path
+    manifest: dict[str, Any]
+
+    def summary(self) -> str:
+        return summary_line(self.manifest)
+
+
+def tracebank_version() -> str:
+    try:
+        return metadata.version("tracebank")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def choose_collections(wh: Warehouse, wanted: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """(collection_id, manifest) of the chosen committed collections, oldest first."""
+    committed = {folder.name: manifest for folder, manifest in catalog.collections(wh)}
+    if not committed:
+        raise NoCollectionsError(f"no committed collection in {wh.root}",
+                                 "run `tracebank collect --store URL` first")
+    missing = [c for c in wanted if c not in committed]
+    if missing:
+        known = ", ".join(sorted(committed))
+        raise NoCollectionsError(f"no committed collection {missing[0]!r} in {wh.root}",
+                                 f"known collections: {known}")
+    ids = sorted(set(wanted)) if wanted else sorted(committed)
+    return [(cid, committed[cid]) for cid in ids]
+
+
+def _bronze(wh: Warehouse, cid: str, manifest: dict[str, Any], table: str, columns: list[str]) -> pa.Table:
+    files = committed_files(wh.collection_dir(cid), manifest, table)
+    schema = {"attempts": schemas.ATTEMPTS, "rollouts": schemas.ROLLOUTS}[table]
+    wanted = pa.schema([schema.field(c) for c in columns])
+    if not files:
+        return wanted.empty_table()
+    return pa.concat_tables([pq.ParquetFile(f).read(columns=columns).cast(wanted) for f in files])
+
+
+def load_inputs(wh: Warehouse, chosen: list[tuple[str, dict[str, Any]]], rebuild: bool,
+                pool: ThreadPoolExecutor) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame,
+                                                   dict[str, int], list[Future[dict[str, Any]]]]:
+    """(calls, rewards, attempts, rollouts, silver counts, pending silver writes) of the chosen collections.
+
+    A missing silver cache is computed here and used straight from memory; writing
+    and committing it runs on ``pool`` while the rest of the transform goes on.
+    """
+    calls, rewards, attempts, rollouts = [], [], [], []
+    pending: list[Future[dict[str, Any]]] = []
+    built = cached = 0
+    for order, (cid, manifest) in enumerate(chosen):
+        if not rebuild and silver_mod.cached_manifest(wh, cid) is not None:
+            cached += 1
+            c = silver_mod.load_silver(wh, cid, "llm_calls", CALL_COLUMNS)
+            r = silver_mod.load_silver(wh, cid, "rewards", REWARD_COLUMNS)
+        else:
+            built += 1
+            tables = silver_mod.silver_tables(wh, cid)
+            pending.append(pool.submit(silver_mod.write_silver, wh, cid, tables))
+            c, r = tables["llm_calls"].select(CALL_COLUMNS), tables["rewards"].select(REWARD_COLUMNS)
+        calls.append(c.append_column("source_order", pa.array([order] * c.num_rows, pa.int32())))
+        rewards.append(r.append_column("source_order", pa.array([order] * r.num_rows, pa.int32())))
+        attempts.append(_bronze(wh, cid, manifest, "attempts", ["rollout_id", "attempt_id", "sequence_id"]))
+        rollouts.append(_bronze(wh, cid, manifest, "rollouts", ["rollout_id", "input"]))
+    call_frame = pl.from_arrow(pa.concat_tables(calls, promote_options="permissive"))
+    reward_frame = pl.from_arrow(pa.concat_tables(rewards, promote_options="permissive"))
+    attempt_frame = pl.from_arrow(pa.concat_tables(attempts))
+    rollout_frame = pl.from_arrow(pa.concat_tables(rollouts))
+    assert isinstance(call_frame, pl.DataFrame) and isinstance(reward_frame, pl.DataFrame)
+    assert isinstance(attempt_frame, pl.DataFrame) and isinstance(rollout_frame, pl.DataFrame)
+    return call_frame, reward_frame, attempt_frame, rollout_frame, {"built": built, "cached": cached}, pending
+
+
+def _reserve(wh: Warehouse, name: str) -> tuple[int, Path]:
+    """Create the next free version folder (a concurrent writer gets another number)."""
+    wh.dataset_dir(name).mkdir(parents=True, exist_ok=True)
+    while True:
+        version = catalog.next_version(wh, name)
+        folder = wh.version_dir(name, version)
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return version, folder
+
+
+def _arrow_rows(frame: pl.DataFrame) -> pa.Table:
+    table = frame.select(schemas.DATASET_ROWS.names + EXTRA_COLUMNS).to_arrow()
+    return schemas.conform(table, schemas.DATASET_ROWS)
+
+
+def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
+    """Build and commit the next version of ``config.name``; see the module docstring."""
+    wh.check_format()
+    config.validate()
+    chosen = choose_collections(wh, config.collections)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="silver-writer") as pool:
+        calls, rewards, attempts, rollouts, silver_counts, pending = load_inputs(
+            wh, chosen, config.rebuild_silver, pool)
+        result = _build(wh, config, chosen, calls, rewards, attempts, rollouts, silver_counts)
+        for future in pending:
+            future.result()  # a silver cache that failed to commit fails the run loudly
+    return result
+
+
+def _build(wh: Warehouse, config: TransformConfig, chosen: list[tuple[str, dict[str, Any]]],
+           calls: pl.DataFrame, rewards: pl.DataFrame, attempts: pl.DataFrame, rollouts: pl.DataFrame,
+           silver_counts: dict[str, int]) -> TransformResult:
+
+    call_counts = CallCounts()
+    rewarded = rewarded_calls(calls, rewards, attempts, call_counts)
+    rewarded = rewarded.sort(["rollout_id", "call_index"])
+    rows, merge_stats = build_rows(rewarded, merge=config.merge == "trajectory")
+    # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
+    rows = rows.sort(["rollout_id", "call_index"], descending=[False, True])
+    tasks = rollouts.unique("rollout_id", keep="last").select("rollout_id", pl.col("input").alias("task"))
+    scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
+    train, validation, select_counts = select_rows(rows, scores, config)
+
+    counts: dict[str, Any] = {"collections": len(chosen), "silver": silver_counts,
+                              **call_counts.as_dict(), "merged": merge_stats, **select_counts.as_dict()}
+    counts["kept"] = train.height + validation.height
+    if train.height == 0:
+        raise EmptyDatasetError(
+            f"no rows for {config.name}: {call_counts.calls} usable calls, {call_counts.rewarded} rewarded, "
+            f"{sum(call_counts.rejected.values())} rejected, {counts['kept']} kept after the filters",
+            "check the rewards with `tracebank sql \"SELECT * FROM rewards\"` or relax the options")
+
+    sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
+    version, folder = _reserve(wh, config.name)
+    try:
+        files = []
+        for split, frame in (("train", train), ("validation", validation)):
+            if frame.height == 0:
+                continue
+            entry = write_parquet_atomic(folder / f"{split}.parquet", _arrow_rows(frame),
+                                         compression="zstd", use_dictionary=_DICT_COLUMNS)
+            files.append({**entry, "table": "dataset_rows", "split": split})
+        st = stats({"train": train, "validation": validation})
+        manifest = {
+            "name": config.name,
+            "version": version,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "tracebank_version": tracebank_version(),
+            "content_hash": content_hash(config, sources, files),
+            "params": config.params(),
+            "sources": sources,
+            "counts": counts,
+            "stats": st,
+            "rows": st["rows"],
+            "files": files,
+        }
+        if config.extra:
+            manifest["notes"] = config.extra
+        commit_manifest(folder, manifest)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return TransformResult(DatasetRef(config.name, version), folder, manifest)
+
+
+def build_silver(wh: Warehouse, collections: tuple[str, ...] = (),
+                 force: bool = False) -> list[dict[str, Any]]:
+    """Build (or reuse) the silver caches of the chosen collections (default all); their manifests."""
+    wh.check_format()
+    return [silver_mod.build_silver(wh, cid, force=force) for cid, _ in choose_collections(wh, collections)]

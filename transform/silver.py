@@ -1,0 +1,353 @@
+"""Silver tables of one collection: llm_calls, rewards, messages (cached, rebuilt when missing).
+
+Everything is derived column-at-a-time from the bronze ``spans`` table:
+DuckDB reads each span's attribute JSON once and pulls out the keys below;
+token-id strings are parsed in bulk (``transform.tokens``); the response ids
+that vLLM >= 0.10.2 keeps only inside the ``choices`` Python repr are found
+with one regular expression that steps over quoted strings, so text inside a
+message can never be mistaken for them.
+
+The cache lives in ``silver/<collection_id>/`` and is committed like every
+other folder (files first, manifest last). Collections are immutable, so a
+committed cache is reused until its ``silver_version`` changes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from transform import rewards as reward_rules
+from transform.errors import NoCollectionsError, TransformError
+from transform.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
+from warehouse import schemas
+from warehouse.commit import commit_manifest, committed_files, read_manifest, write_parquet_atomic
+from warehouse.layout import Warehouse
+
+SILVER_VERSION = 1
+CALL_SPANS = ("raw_gen_ai_request", "litellm_request")
+SPAN_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "span_id", "name", "start_time", "attributes"]
+
+# Keys read from each call span's attributes, in the order of the j[] list below.
+_KEYS = (
+    "llm.hosted_vllm.prompt_token_ids",    # j[1]
+    "llm.hosted_vllm.response_token_ids",  # j[2] old `agl vllm` patch: [[...]]
+    "llm.hosted_vllm.choices",             # j[3] vLLM >= 0.10.2: ids inside choices[0]
+    "prompt_token_ids",                    # j[4] ids on litellm_request
+    "response_token_ids",                  # j[5]
+    "gen_ai.response.id",                  # j[6]
+    "llm.hosted_vllm.id",                  # j[7]
+    "gen_ai.request.model",                # j[8]
+    "llm.hosted_vllm.model",               # j[9]
+    "gen_ai.response.model",               # j[10]
+)
+_PATHS = ", ".join("'$.\"" + k + "\"'" for k in _KEYS)
+
+
+def _text(j: str) -> str:
+    """SQL: a JSON value as the text upstream would literal_eval (strings unquoted)."""
+    return (f"CASE json_type({j}) WHEN 'VARCHAR' THEN {j} ->> '$' WHEN 'NULL' THEN NULL "
+            f"ELSE CAST({j} AS VARCHAR) END")
+
+
+def _str(j: str) -> str:
+    return f"CASE WHEN json_type({j}) = 'VARCHAR' THEN {j} ->> '$' END"
+
+
+def _truthy(j: str) -> str:
+    return (f"({j} IS NOT NULL AND json_type({j}) <> 'NULL' "
+            f"AND CAST({j} AS VARCHAR) NOT IN ('false', '0', '0.0', '\"\"', '[]', '{{}}'))")
+
+
+# The response id as upstream reads it: `gen_ai.response.id or llm.hosted_vllm.id`, kept
+# only when that value is a non-empty string.
+_RESPONSE_ID = (f"CASE WHEN {_truthy('j[6]')} THEN {_str('j[6]')} "
+                f"WHEN {_truthy('j[7]')} THEN {_str('j[7]')} END")
+
+_CALLS_SQL = f"""
+WITH c AS (
+  SELECT span_index, rollout_id, attempt_id, span_id, name, sequence_id, start_time,
+         json_extract(attributes, [{_PATHS}]) AS j
+  FROM spans WHERE name IN ('raw_gen_ai_request', 'litellm_request') {{valid}}
+), t AS (
+  SELECT span_index, rollout_id, attempt_id, span_id, name AS span_name, sequence_id, start_time,
+         {_RESPONSE_ID} AS response_id,
+         coalesce({_str('j[8]')}, {_str('j[9]')}, {_str('j[10]')}) AS model,
+         CASE WHEN name = 'raw_gen_ai_request' THEN {_text('j[1]')} ELSE {_text('j[4]')} END AS prompt_text,
+         CASE WHEN name = 'raw_gen_ai_request'
+              THEN nullif(regexp_extract({_text('j[2]')}, '^\\s*\\[\\s*(\\[[^\\[\\]]*\\])', 1), '') END
+           AS old_text,
+         CASE WHEN name = 'raw_gen_ai_request' THEN {_text('j[3]')} END AS choices_text,
+         CASE WHEN name = 'litellm_request' THEN {_text('j[5]')} END AS litellm_response_text
+  FROM c
+  WHERE name = 'raw_gen_ai_request' OR j[4] IS NOT NULL OR j[5] IS NOT NULL
+), p AS (
+  SELECT * EXCLUDE (prompt_text), {fast_sql('prompt_text')} AS prompt_ids,
+         prompt_text
+  FROM t
+)
+SELECT * EXCLUDE (prompt_text, prompt_ids),
+       {verdict_sql('prompt_text', 'prompt_ids')} AS prompt_verdict,
+       CASE WHEN {verdict_sql('prompt_text', 'prompt_ids')} = 'ok' THEN prompt_ids END AS prompt_ids,
+       CASE WHEN {verdict_sql('prompt_text', 'prompt_ids')} IS NULL THEN prompt_text END AS prompt_text
+FROM p
+ORDER BY span_index
+"""
+
+# From the start of the choices repr, step over whole string literals ('...' or "...",
+# with escapes) until the first `'token_ids': [` key; its list is the first choice's
+# response ids. A quote inside a message can never start a false match.
+_CHOICE_IDS_RE = (r"""(?s)^(?:[^'"]+|'(?:[^'\\]+|\\.)*'|"(?:[^"\\]+|\\.)*")*?"""
+                  r"""(?:'token_ids'|"token_ids")\s*:\s*(\[[^\]]*\])""")
+
+_REWARD_CANDIDATES_SQL = """
+SELECT span_index, rollout_id, attempt_id, span_id, name, sequence_id, start_time, attributes
+FROM spans
+WHERE name = 'agentlightning.annotation' OR contains(attributes, 'agentlightning.reward')
+   OR contains(attributes, 'agentops.task.output') OR contains(attributes, 'agentops.entity.output')
+ORDER BY span_index
+"""
+
+_MESSAGES_SQL = """
+WITH s AS (
+  SELECT span_index, rollout_id, attempt_id, span_id, sequence_id,
+         json_extract_string(attributes, ['$."gen_ai.input.messages"', '$."gen_ai.output.messages"']) AS m
+  FROM spans WHERE name = 'litellm_request' {valid}
+), d AS (
+  SELECT span_index, rollout_id, attempt_id, span_id, sequence_id, 'input' AS direction, m[1] AS doc FROM s
+  UNION ALL
+  SELECT span_index, rollout_id, attempt_id, span_id, sequence_id, 'output', m[2] FROM s
+), arr AS (
+  SELECT *, json_extract(doc, '$[*]') AS msgs FROM d
+  WHERE doc IS NOT NULL AND json_valid(doc) AND json_type(doc) = 'ARRAY'
+), u AS (
+  SELECT span_index, rollout_id, attempt_id, span_id, sequence_id, direction,
+         unnest(msgs) AS msg, unnest(range(len(msgs))) AS message_index
+  FROM arr
+)
+SELECT rollout_id, attempt_id, span_id, sequence_id, direction,
+       CAST(message_index AS INTEGER) AS message_index,
+       msg ->> 'role' AS role,
+       CASE WHEN json_type(msg, '$.parts') = 'ARRAY' THEN
+              array_to_string(list_transform(json_extract(msg, '$.parts[*]'), lambda p:
+                CASE WHEN p ->> 'type' = 'text' THEN p ->> 'content' ELSE CAST(p AS VARCHAR) END), chr(10))
+            WHEN json_type(msg, '$.content') = 'VARCHAR' THEN msg ->> 'content'
+            ELSE CAST(json_extract(msg, '$.content') AS VARCHAR) END AS content
+FROM u
+ORDER BY span_index, direction, message_index
+"""
+
+
+def span_files(wh: Warehouse, collection_id: str) -> list[Path]:
+    """The committed bronze span files of a collection, in manifest order."""
+    folder = wh.collection_dir(collection_id)
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise NoCollectionsError(f"collection {collection_id!r} is not committed in {wh.root}",
+                                 "list them with `tracebank sql \"SELECT * FROM collections\"`")
+    return committed_files(folder, manifest, "spans")
+
+
+def register_spans(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
+    """View ``spans`` over the files; ``span_index`` is the position in collection order."""
+    if not files:
+        empty = schemas.SPANS.empty_table().select(SPAN_COLUMNS)
+        con.register("_spans_empty", empty.append_column("span_index", pa.array([], pa.int64())))
+        con.execute("CREATE OR REPLACE VIEW spans AS SELECT * FROM _spans_empty")
+        return
+    parts = []
+    for n, path in enumerate(files):
+        quoted = str(path).replace("'", "''")
+        parts.append(f"SELECT {', '.join(SPAN_COLUMNS)}, file_row_number + {n} * 1000000000000 AS span_index "
+                     f"FROM read_parquet('{quoted}', file_row_number = true)")
+    # Read and decompress the files once, keeping only spans some silver table reads.
+    con.execute("CREATE OR REPLACE TEMP TABLE spans AS SELECT * FROM (" + " UNION ALL ".join(parts) + ") "
+                "WHERE name IN ('raw_gen_ai_request', 'litellm_request', 'agentlightning.annotation') "
+                "OR contains(attributes, 'agentlightning.reward') OR contains(attributes, 'agentops.')")
+
+
+def _query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """Run ``sql``; if a span's attributes are not valid JSON, skip those spans and retry."""
+    try:
+        return con.sql(sql.replace("{valid}", "")).to_arrow_table()
+    except duckdb.Error:
+        return con.sql(sql.replace("{valid}", "AND json_valid(attributes)")).to_arrow_table()
+
+
+def _choice_ids_text(choices: pa.ChunkedArray) -> pa.Array:
+    series = pl.Series("c", choices.combine_chunks() if choices.num_chunks else pa.array([], pa.string()))
+    return series.cast(pl.String).str.extract(_CHOICE_IDS_RE, 1).to_arrow()
+
+
+def _pick(ok: pa.Array, a: pa.Array, b: pa.Array) -> pa.Array:
+    return pc.if_else(ok, a, b)
+
+
+def extract_calls(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Table:
+    """llm_calls rows: every proxied call span, with parsed token ids or a reject reason."""
+    c = _query(con, _CALLS_SQL)
+    n = c.num_rows
+    choice_text = _choice_ids_text(c.column("choices_text"))
+    litellm = (pc.equal(c.column("span_name"), "litellm_request").combine_chunks() if n
+               else pa.array([], pa.bool_()))
+    response_text = _pick(litellm, c.column("litellm_response_text").combine_chunks(), choice_text) if n \
+        else pa.array([], pa.string())
+    p_ids, p_ok = resolve_slow(c.column("prompt_ids"), c.column("prompt_verdict"), c.column("prompt_text"))
+    # Response strings are short: one bulk parse for old-patch ids and choices/litellm ids.
+    texts = pa.concat_arrays([
+        c.column("old_text").combine_chunks().cast(pa.large_string()),
+        response_text.cast(pa.large_string()),
+    ]) if n else pa.array([], pa.large_string())
+    ids, verdict = parse_token_lists(texts, con)
+    o_ids, r_ids = ids.slice(0, n), ids.slice(n, n)
+    o_ok, r_ok = verdict.slice(0, n), verdict.slice(n, n)
+    old_usable = pc.equal(o_ok, "ok")
+    # Upstream prefers the old patch's first list and falls back to choices[0].token_ids.
+    resp_ids = _pick(old_usable, o_ids, r_ids)
+    resp_ok = pc.if_else(old_usable, o_ok,
+                         pc.if_else(pc.and_(pc.equal(r_ok, MISSING), pc.is_valid(c.column("old_text"))),
+                                    o_ok, r_ok))
+    prompt_good = pc.equal(p_ok, "ok")
+    reason = pc.if_else(prompt_good, pc.if_else(pc.equal(resp_ok, "ok"), pa.scalar(None, pa.string()),
+                                                resp_ok), p_ok)
+    # A rejected call keeps whichever list did parse (useful in SQL); only usable calls are read later.
+    table = pa.table({
+        "collection_id": pa.array([collection_id] * n, pa.string()),
+        "rollout_id": c.column("rollout_id"),
+        "attempt_id": c.column("attempt_id"),
+        "span_id": c.column("span_id"),
+        "span_name": c.column("span_name"),
+        "sequence_id": c.column("sequence_id"),
+        "start_time": c.column("start_time"),
+        "response_id": c.column("response_id"),
+        "model": c.column("model"),
+        "prompt_token_ids": p_ids,
+        "response_token_ids": resp_ids,
+        "reject_reason": reason,
+        "span_index": c.column("span_index"),
+    })
+    table = table.append_column("prompt_len",
+                                pc.list_value_length(table.column("prompt_token_ids")).cast(pa.int32()))
+    table = table.append_column("response_len",
+                                pc.list_value_length(table.column("response_token_ids")).cast(pa.int32()))
+    return schemas.conform(table, schemas.LLM_CALLS)
+
+
+REWARD_EXTRA = pa.schema([("reject_reason", pa.string()), ("span_index", pa.int64())])
+
+
+def extract_rewards(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Table:
+    """rewards rows: every span upstream would read a reward from (rejected ones with a reason)."""
+    cand = _query(con, _REWARD_CANDIDATES_SQL).to_pylist()
+    rows = []
+    for r in cand:
+        found = reward_rules.classify(r["name"], r["attributes"])
+        if found is None:
+            continue
+        value, source, dim, reason = found
+        rows.append({
+            "collection_id": collection_id, "rollout_id": r["rollout_id"], "attempt_id": r["attempt_id"],
+            "span_id": r["span_id"], "span_name": r["name"], "sequence_id": r["sequence_id"],
+            "start_time": r["start_time"], "name": dim, "value": value, "source": source,
+            "reject_reason": reason, "span_index": r["span_index"],
+        })
+    schema = pa.schema(list(schemas.REWARDS) + list(REWARD_EXTRA))
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def extract_messages(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Table:
+    """messages rows: each chat message (input and output) of each litellm_request span."""
+    m = _query(con, _MESSAGES_SQL)
+    m = m.append_column("collection_id", pa.array([collection_id] * m.num_rows, pa.string()))
+    return schemas.conform(m, schemas.MESSAGES)
+
+
+def silver_tables(wh: Warehouse, collection_id: str) -> dict[str, pa.Table]:
+    """Compute (without writing) the three silver tables of one collection."""
+    files = span_files(wh, collection_id)
+    con = duckdb.connect(":memory:")
+    try:
+        register_spans(con, files)
+        return {
+            "llm_calls": extract_calls(con, collection_id),
+            "rewards": extract_rewards(con, collection_id),
+            "messages": extract_messages(con, collection_id),
+        }
+    finally:
+        con.close()
+
+
+def cached_manifest(wh: Warehouse, collection_id: str) -> dict[str, Any] | None:
+    """The committed silver manifest of ``collection_id`` if it is current, else None."""
+    manifest = read_manifest(wh.silver_collection_dir(collection_id))
+    if manifest is None or manifest.get("silver_version") != SILVER_VERSION:
+        return None
+    return manifest
+
+
+def build_silver(wh: Warehouse, collection_id: str, force: bool = False) -> dict[str, Any]:
+    """Build (or reuse) the silver cache of one collection; return its manifest."""
+    if not force:
+        cached = cached_manifest(wh, collection_id)
+        if cached is not None:
+            return cached
+    if read_manifest(wh.collection_dir(collection_id)) is None:
+        raise NoCollectionsError(f"collection {collection_id!r} is not committed in {wh.root}")
+    return write_silver(wh, collection_id, silver_tables(wh, collection_id))
+
+
+def write_silver(wh: Warehouse, collection_id: str, tables: dict[str, pa.Table]) -> dict[str, Any]:
+    """Commit computed silver tables as the cache of ``collection_id``; return the manifest."""
+    folder = wh.silver_collection_dir(collection_id)
+    build = uuid.uuid4().hex[:8]
+    files = []
+    for name, table in tables.items():
+        entry = write_parquet_atomic(folder / f"{name}-{build}.parquet", table)
+        files.append({**entry, "table": name})
+    counts = {name: t.num_rows for name, t in tables.items()}
+    calls = tables["llm_calls"]
+    counts["usable_calls"] = calls.column("reject_reason").null_count
+    manifest = {
+        "collection_id": collection_id,
+        "silver_version": SILVER_VERSION,
+        "created_at": dt.datetime.now(dt.UTC).isoformat(),
+        "counts": counts,
+        "files": files,
+    }
+    previous = read_manifest(folder)
+    commit_manifest(folder, manifest)
+    _remove_replaced(folder, previous, manifest)
+    return manifest
+
+
+def _remove_replaced(folder: Path, previous: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """Delete the files of a replaced cache (readers of the old manifest fail fast on size)."""
+    if not previous:
+        return
+    keep = {e["path"] for e in current["files"]}
+    for entry in previous.get("files", []):
+        if entry["path"] not in keep:
+            (folder / entry["path"]).unlink(missing_ok=True)
+
+
+def load_silver(wh: Warehouse, collection_id: str, table: str,
+                columns: list[str] | None = None) -> pa.Table:
+    """One silver table of one collection, from its committed cache."""
+    manifest = cached_manifest(wh, collection_id)
+    if manifest is None:
+        raise TransformError(f"silver cache of {collection_id} is missing", "run `tracebank transform`")
+    folder = wh.silver_collection_dir(collection_id)
+    files = committed_files(folder, manifest, table)
+    if not files:
+        schema = {"llm_calls": schemas.LLM_CALLS, "rewards": schemas.REWARDS,
+                  "messages": schemas.MESSAGES}[table]
+        return schema.empty_table()
+    return pa.concat_tables([pq.ParquetFile(f).read(columns=columns) for f in files])

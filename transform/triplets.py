@@ -1,0 +1,129 @@
+"""From silver tables to rewarded calls: upstream's adapter + the recipe's reverse walk.
+
+This is design.md rules 1-5, done on columns instead of Span objects:
+
+1. only the spans of each rollout's latest attempt (largest attempts.sequence_id
+   over the chosen collections; a span collected twice counts once), ordered by
+   (sequence_id, start_time, position in the collection);
+2. usable calls only, the first call of each response id wins;
+3. reward spans (silver ``rewards`` without a reject reason);
+4. each reward, in sequence order, goes to the latest call not yet rewarded
+   whose sequence id is smaller (upstream's loop, run per rollout on ids only);
+5. walking back from the last call, each call carries the most recent reward;
+   calls after the last reward carry none and are dropped.
+
+Only small per-call columns (ids, sequence numbers) are touched in Python;
+token lists stay in Arrow/Polars buffers throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+ORDER = ["rollout_id", "sequence_id", "start_time", "source_order", "span_index"]
+
+
+@dataclass
+class CallCounts:
+    """What happened to the calls and rewards on the way (recorded in the manifest)."""
+
+    rollouts: int = 0
+    call_spans: int = 0
+    calls: int = 0
+    duplicate_calls: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    rewards: int = 0
+    rewards_rejected: dict[str, int] = field(default_factory=dict)
+    unmatched_rewards: int = 0
+    rewarded: int = 0
+    unrewarded: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def latest_attempts(attempts: pl.DataFrame) -> pl.DataFrame:
+    """(rollout_id, attempt_id) of each rollout's latest attempt."""
+    return (attempts.select("rollout_id", "attempt_id", "sequence_id")
+            .unique(["rollout_id", "attempt_id"])
+            .sort(["rollout_id", "sequence_id", "attempt_id"])
+            .group_by("rollout_id", maintain_order=True).last()
+            .select("rollout_id", "attempt_id"))
+
+
+def _latest_only(frame: pl.DataFrame, latest: pl.DataFrame) -> pl.DataFrame:
+    """Rows of ``frame`` from latest attempts, each span once (first collection wins)."""
+    return (frame.join(latest, on=["rollout_id", "attempt_id"], how="semi")
+            .sort(["source_order", "span_index"])
+            .unique(["rollout_id", "attempt_id", "span_id"], keep="first", maintain_order=True)
+            .sort(ORDER, nulls_last=False))
+
+
+def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> list[float | None]:
+    """Upstream's matching: each reward to the latest unmatched call with a smaller sequence id."""
+    assigned: list[float | None] = [None] * calls.height
+    if rewards.height == 0 or calls.height == 0:
+        return assigned
+    # Row ranges of each rollout's calls (calls are sorted by rollout first).
+    bounds = (calls.with_row_index("i").group_by("rollout_id", maintain_order=True)
+              .agg(pl.col("i").first().alias("lo"), pl.col("i").last().alias("hi")))
+    where = {r: (lo, hi) for r, lo, hi in bounds.iter_rows()}
+    seqs = calls.get_column("sequence_id").to_list()
+    span_ids = calls.get_column("span_id").to_list()
+    for rollout, r_seqs, r_vals in (rewards.group_by("rollout_id", maintain_order=True)
+                                    .agg("sequence_id", "value").iter_rows()):
+        if rollout not in where:
+            continue
+        lo, hi = where[rollout]
+        taken: set[str] = set()
+        for r_seq, r_val in sorted(zip(r_seqs, r_vals, strict=True), key=lambda x: x[0]):
+            for i in range(hi, lo - 1, -1):
+                if span_ids[i] in taken:
+                    continue
+                if seqs[i] < r_seq:
+                    taken.add(span_ids[i])
+                    assigned[i] = r_val
+                    break
+    return assigned
+
+
+def rewarded_calls(calls: pl.DataFrame, rewards: pl.DataFrame, attempts: pl.DataFrame,
+                   counts: CallCounts) -> pl.DataFrame:
+    """Every call that carries a reward (rules 1-5), in rollout then call order.
+
+    ``calls``/``rewards`` are silver rows of the chosen collections plus a
+    ``source_order`` column (the collection's position); ``attempts`` bronze rows.
+    Adds ``reward`` (carried) and ``own_reward`` (matched to this call) columns.
+    """
+    latest = latest_attempts(attempts)
+    calls = _latest_only(calls, latest)
+    counts.rollouts = latest.height
+    counts.call_spans = calls.height
+    rejected = calls.filter(pl.col("reject_reason").is_not_null())
+    counts.rejected = dict(sorted(rejected.group_by("reject_reason").len().iter_rows()))
+    usable = calls.filter(pl.col("reject_reason").is_null())
+    first = usable.get_column("response_id").is_null() | usable.select(
+        pl.struct("rollout_id", "attempt_id", "response_id").is_first_distinct()).to_series()
+    counts.duplicate_calls = int(usable.height - first.sum())
+    usable = usable.filter(first)
+    # upstream then orders the calls by sequence id only (a stable sort of the above)
+    counts.calls = usable.height
+
+    rewards = _latest_only(rewards, latest)
+    bad = rewards.filter(pl.col("reject_reason").is_not_null())
+    counts.rewards_rejected = dict(sorted(bad.group_by("reject_reason").len().iter_rows()))
+    rewards = rewards.filter(pl.col("reject_reason").is_null())
+    counts.rewards = rewards.height
+
+    own = _match_rewards(usable, rewards)
+    counts.unmatched_rewards = rewards.height - sum(v is not None for v in own)
+    out = usable.with_columns(pl.Series("own_reward", own, dtype=pl.Float64))
+    out = out.with_columns(pl.col("own_reward").backward_fill().over("rollout_id").alias("reward"))
+    out = out.with_columns(pl.int_range(pl.len()).over("rollout_id").alias("call_index"))
+    result = out.filter(pl.col("reward").is_not_null())
+    counts.rewarded = result.height
+    counts.unrewarded = counts.calls - counts.rewarded
+    return result
