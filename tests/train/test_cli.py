@@ -1,0 +1,172 @@
+"""`tracebank train`, `runs list|show` and `inspect` through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from tests.fixtures.datasets import QA_PAIRS, SYSTEM, qa_rows
+from tracebank_cli.main import cli
+
+
+def invoke(wh, *args):
+    return CliRunner().invoke(cli, ["--warehouse", str(wh.root), *args])
+
+
+@pytest.fixture(scope="module")
+def cli_run(qa_wh, tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "model"
+    result = invoke(
+        qa_wh,
+        "train",
+        "--dataset",
+        "qa",
+        "--base-model",
+        str(tiny_model),
+        "--output",
+        str(out),
+        "--epochs",
+        "2",
+        "--lr",
+        "1e-2",
+        "--batch-size",
+        "4",
+        "--grad-accum",
+        "1",
+        "--warmup-steps",
+        "0",
+        "--save",
+        "lora",
+    )
+    return result, out
+
+
+def test_train_streams_progress_and_ends_with_one_summary_line(cli_run):
+    result, out = cli_run
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    run_id = re.fullmatch(r"run (\S+): training on qa@v1", lines[0]).group(1)
+    assert lines[1] == "checked: 16 train, 8 validation rows, max length 55 tokens"
+    assert re.fullmatch(
+        r"backend trl on cpu \(fp32, adamw_torch\): [\d,]+ trainable of [\d,]+ parameters "
+        r"\([\d.]+%\)",
+        lines[2],
+    )
+    steps = [line for line in lines if line.startswith("step ")]
+    assert [s.split()[1] for s in steps] == [f"{i}/8" for i in range(1, 9)]
+    assert len([line for line in lines if line.startswith("eval at step ")]) == 2
+    assert lines[-2] == "saved lora"
+    assert re.fullmatch(
+        rf"run {run_id} succeeded: loss \d+\.\d{{4}} -> \d+\.\d{{4}}, eval best \d+\.\d{{4}}, "
+        rf"8 steps, [\d,]+ tokens/s, output {re.escape(str(out))}",
+        lines[-1],
+    )
+    assert (out / "adapter_config.json").exists()
+
+
+def test_unknown_dataset_is_one_line_on_stderr(qa_wh, tiny_model, tmp_path):
+    result = invoke(
+        qa_wh, "train", "--dataset", "nope", "--base-model", str(tiny_model), "--output", str(tmp_path / "o")
+    )
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: no dataset named 'nope' in {qa_wh.root} (known datasets: qa; "
+        "build one with `tracebank transform --name nope`)\n"
+    )
+
+
+def test_bad_hyperparameter_exits_2(qa_wh, tiny_model, tmp_path):
+    result = invoke(
+        qa_wh,
+        "train",
+        "--dataset",
+        "qa",
+        "--base-model",
+        str(tiny_model),
+        "--output",
+        str(tmp_path / "o"),
+        "--lr",
+        "-1",
+    )
+    assert result.exit_code == 2
+    assert result.stderr == "Error: learning rate must be positive, got -1.0\n"
+
+
+def test_failed_run_exits_non_zero_with_one_line(qa_wh, tmp_path):
+    model = tmp_path / "not-a-model"
+    model.mkdir()
+    result = invoke(
+        qa_wh, "train", "--dataset", "qa", "--base-model", str(model), "--output", str(tmp_path / "o")
+    )
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {model} has no config.json (is this a Hugging Face model folder?)\n"
+
+
+def test_runs_list_and_show(qa_wh, cli_run):
+    listing = invoke(qa_wh, "runs", "list")
+    assert listing.exit_code == 0
+    lines = listing.stdout.splitlines()
+    assert lines[0].split() == [
+        "run_id",
+        "status",
+        "dataset",
+        "backend",
+        "steps",
+        "train_loss",
+        "eval_loss_best",
+        "tokens_per_s",
+        "started_at",
+    ]
+    statuses = [line.split()[1] for line in lines[2:-1]]
+    assert "succeeded" in statuses and "failed" in statuses  # the failed run above is listed too
+    succeeded = next(line.split()[0] for line in lines[2:-1] if line.split()[1] == "succeeded")
+
+    shown = invoke(qa_wh, "runs", "show", succeeded[:24])
+    assert shown.exit_code == 0
+    text = shown.stdout.splitlines()
+    assert text[0] == f"run        {succeeded}"
+    assert text[1] == "status     succeeded"
+    assert text[2].startswith("dataset    qa@v1  (content hash ")
+    assert sum(1 for line in text if re.match(r"\s+\d+\s+train\s", line)) == 8
+
+    as_json = json.loads(invoke(qa_wh, "runs", "show", succeeded, "--format", "json").stdout)
+    assert as_json["run_id"] == succeeded and len(as_json["metrics"]) == 10
+
+    missing = invoke(qa_wh, "runs", "show", "zzz")
+    assert missing.exit_code == 1 and missing.stderr.count("\n") == 1
+
+
+def test_inspect_marks_masked_and_trained_text(qa_wh, tiny_model, tokenizer):
+    result = invoke(qa_wh, "inspect", "qa@v1", "--tokenizer", str(tiny_model), "--row", "2")
+    assert result.exit_code == 0, result.output
+    row = qa_rows(tokenizer, QA_PAIRS, repeat=2)[2]
+    trained = sum(1 for x in row["labels"] if x != -100)
+    question, answer = QA_PAIRS[2]
+    expected_head = [
+        f"qa@v1 train row 2 of 16: {len(row['input_ids'])} tokens, {len(row['input_ids']) - trained} masked, "
+        f"{trained} trained, reward {row['reward']}",
+        "legend: [-masked (no loss)-] {+trained+}",
+        "",
+        f"[-<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n"
+        f"<|im_start|>assistant\n-]{{+{answer}<|im_end|>\n+}}",
+        "",
+    ]
+    head = "\n".join(expected_head) + "\n"
+    assert result.stdout.startswith(head)
+    tail = result.stdout[len(head) :].splitlines()
+    assert tail[0] == "row lengths in tokens (24 rows, all splits; min 52, max 55):"
+    bars = [line for line in tail if "|" in line]
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in bars[:3]) == 24  # lengths 52, 53, 55
+    assert tail[4] == "rewards (24 rows):"
+    assert "\x1b[" not in result.stdout
+
+
+def test_inspect_colours_on_request_and_refuses_bad_rows(qa_wh, tiny_model):
+    coloured = invoke(qa_wh, "inspect", "qa", "--tokenizer", str(tiny_model), "--color")
+    assert "\x1b[2m<|im_start|>system" in coloured.stdout and "\x1b[1;32m" in coloured.stdout
+    bad = invoke(qa_wh, "inspect", "qa", "--tokenizer", str(tiny_model), "--row", "99")
+    assert bad.exit_code == 1
+    assert bad.stderr == "Error: row 99 is out of range (qa@v1 train has 16 rows)\n"

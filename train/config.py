@@ -1,0 +1,270 @@
+"""The train stage's configuration: every hyperparameter of a run, with the anchor's defaults.
+
+The defaults are those of Agent Lightning's Unsloth SFT recipe (LoRA r=32, alpha=32, no
+dropout, the seven Qwen projections, lr 2e-4, batch 2 x 4 accumulation, 5 warmup steps,
+linear schedule, seed 3407, 4-bit load and 8-bit AdamW on CUDA). Options left as ``None``
+are decided per machine by :meth:`TrainConfig.resolve` and the decision is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from train.errors import TrainConfigError
+
+QWEN_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+BACKENDS = ("auto", "unsloth", "trl")
+SAVE_METHODS = ("merged_16bit", "lora")
+EVAL_STRATEGIES = ("epoch", "steps", "no")
+SCHEDULERS = (
+    "linear",
+    "cosine",
+    "constant",
+    "constant_with_warmup",
+    "cosine_with_restarts",
+    "polynomial",
+    "inverse_sqrt",
+)
+OPTIMIZERS = ("adamw_8bit", "adamw_torch", "adamw_torch_fused", "paged_adamw_8bit", "sgd", "adafactor")
+
+
+@dataclass
+class Environment:
+    """What the training machine offers; the child process fills it in, tests build it by hand."""
+
+    cuda: bool = False
+    #: bf16 arithmetic is supported by the accelerator.
+    bf16_supported: bool = False
+    #: bitsandbytes imports (4-bit loading, 8-bit optimizers).
+    bitsandbytes: bool = False
+    #: unsloth is installed.
+    unsloth: bool = False
+    #: Apple's MPS backend is available.
+    mps: bool = False
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.cuda else "mps" if self.mps else "cpu"
+
+
+@dataclass
+class Resolved:
+    """The machine-dependent choices a run actually used (all recorded in run.json)."""
+
+    backend: str
+    device: str
+    load_in_4bit: bool
+    optim: str
+    bf16: bool
+    gradient_checkpointing: bool
+    #: dtype the merged model is written in.
+    save_dtype: str
+
+
+@dataclass
+class TrainConfig:
+    """One training run: what to train on, from what, to where, and how."""
+
+    dataset: str
+    """Dataset version to train on: ``NAME`` (latest version) or ``NAME@vN``."""
+    base_model: str
+    """Local folder of the base model (weights, config and tokenizer)."""
+    output: str
+    """Folder the trained model is written to; must not exist yet (or be empty) unless ``overwrite``."""
+    backend: str = "auto"
+    """``auto`` (Unsloth when CUDA is there and unsloth imports, else TRL+PEFT), ``unsloth`` or ``trl``."""
+    save: str = "merged_16bit"
+    """``merged_16bit``: LoRA merged into full weights (what vLLM serves); ``lora``: the adapter only."""
+    overwrite: bool = False
+    """Replace an existing, non-empty output folder."""
+    lora_r: int = 32
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch."""
+    target_modules: tuple[str, ...] = QWEN_TARGETS
+    """Module names LoRA attaches to (suffix match, as PEFT does); every one must exist in the model."""
+    learning_rate: float = 2e-4
+    """Peak learning rate."""
+    batch_size: int = 2
+    """Rows per device per forward pass (training and evaluation)."""
+    grad_accum: int = 4
+    """Forward passes summed before one optimizer step (effective batch = batch_size * grad_accum)."""
+    warmup_steps: int = 5
+    """Optimizer steps of linear warmup."""
+    lr_scheduler: str = "linear"
+    """Learning-rate schedule after warmup (a transformers scheduler name)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    seed: int = 3407
+    """Seed for adapter init, data order and dropout: same seed, same version, same machine -> same losses."""
+    epochs: float = 1.0
+    """Passes over the training split (ignored when ``max_steps`` is set)."""
+    max_steps: int | None = None
+    """Stop after this many optimizer steps (overrides ``epochs``)."""
+    max_length: int | None = None
+    """Longest row in tokens; None takes the dataset's longest row. Never TRL's silent 1,024 default."""
+    truncate: bool = False
+    """Cut rows longer than ``max_length`` (keeping the start) instead of refusing the dataset."""
+    load_in_4bit: bool | None = None
+    """Load the base model in 4-bit (QLoRA); None = on CUDA when bitsandbytes or unsloth is available."""
+    optim: str | None = None
+    """Optimizer name; None = ``adamw_8bit`` on CUDA when bitsandbytes is there, else ``adamw_torch``."""
+    bf16: bool | None = None
+    """Train in bf16; None = when the accelerator supports it (never on CPU)."""
+    gradient_checkpointing: bool | None = None
+    """Recompute activations to save memory; None = on CUDA only."""
+    eval_strategy: str = "epoch"
+    """With a validation split: evaluate every ``epoch``, every ``eval_steps`` (``steps``) or ``no``."""
+    eval_steps: int | None = None
+    """Optimizer steps between evaluations when ``eval_strategy`` is ``steps``."""
+    early_stopping_patience: int = 0
+    """Stop after this many evaluations without a better eval loss (0 = never)."""
+    logging_steps: int = 1
+    """Optimizer steps between train-loss records in metrics.jsonl."""
+    timeout: float | None = None
+    """Seconds the training process may run before it is killed and the run recorded failed."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Further SFTConfig / TrainingArguments keys passed through as is (recorded too)."""
+
+    def validate(self) -> TrainConfig:
+        """Reject impossible values and combinations before anything is started."""
+
+        def bad(message: str, hint: str | None = None) -> TrainConfigError:
+            return TrainConfigError(message, hint)
+
+        if not self.dataset:
+            raise bad("no dataset given", "pass --dataset NAME[@vN]")
+        if not self.base_model:
+            raise bad("no base model given", "pass --base-model PATH")
+        if not self.output:
+            raise bad("no output folder given", "pass --output DIR")
+        if self.backend not in BACKENDS:
+            raise bad(f"unknown backend {self.backend!r}", f"use one of {', '.join(BACKENDS)}")
+        if self.save not in SAVE_METHODS:
+            raise bad(f"unknown save method {self.save!r}", f"use one of {', '.join(SAVE_METHODS)}")
+        if not self.learning_rate > 0:
+            raise bad(f"learning rate must be positive, got {self.learning_rate}")
+        if self.lora_r < 1:
+            raise bad(f"LoRA rank must be at least 1, got {self.lora_r}")
+        if self.lora_alpha <= 0:
+            raise bad(f"LoRA alpha must be positive, got {self.lora_alpha}")
+        if not 0 <= self.lora_dropout < 1:
+            raise bad(f"LoRA dropout must be in [0, 1), got {self.lora_dropout}")
+        if not self.target_modules:
+            raise bad("no LoRA target modules given")
+        for name, value in (
+            ("batch size", self.batch_size),
+            ("gradient accumulation", self.grad_accum),
+            ("logging steps", self.logging_steps),
+        ):
+            if value < 1:
+                raise bad(f"{name} must be at least 1, got {value}")
+        if self.warmup_steps < 0:
+            raise bad(f"warmup steps must be >= 0, got {self.warmup_steps}")
+        if self.weight_decay < 0 or self.max_grad_norm <= 0:
+            raise bad("weight decay must be >= 0 and max grad norm > 0")
+        if self.lr_scheduler not in SCHEDULERS:
+            raise bad(f"unknown lr scheduler {self.lr_scheduler!r}", f"use one of {', '.join(SCHEDULERS)}")
+        if self.optim is not None and self.optim not in OPTIMIZERS:
+            raise bad(f"unknown optimizer {self.optim!r}", f"use one of {', '.join(OPTIMIZERS)}")
+        if self.max_steps is None and not self.epochs > 0:
+            raise bad(f"epochs must be positive, got {self.epochs}", "or pass --max-steps")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise bad(f"max steps must be at least 1, got {self.max_steps}")
+        if self.max_length is not None and self.max_length < 2:
+            raise bad(f"max length must be at least 2 tokens, got {self.max_length}")
+        if self.truncate and self.max_length is None:
+            raise bad("--truncate needs --max-length", "the dataset's own longest row is never too long")
+        if self.eval_strategy not in EVAL_STRATEGIES:
+            raise bad(
+                f"unknown eval strategy {self.eval_strategy!r}", f"use one of {', '.join(EVAL_STRATEGIES)}"
+            )
+        if self.eval_strategy == "steps" and not (self.eval_steps and self.eval_steps > 0):
+            raise bad("eval strategy 'steps' needs --eval-steps N (N >= 1)")
+        if self.early_stopping_patience < 0:
+            raise bad("early stopping patience must be >= 0")
+        if self.early_stopping_patience and self.eval_strategy == "no":
+            raise bad("early stopping needs evaluation", "drop --eval-strategy no or the patience")
+        if self.timeout is not None and not self.timeout > 0:
+            raise bad(f"timeout must be positive seconds, got {self.timeout}")
+        return self
+
+    def resolve(self, env: Environment) -> Resolved:
+        """Decide the machine-dependent options for ``env``; raise for combinations it cannot run."""
+        backend = self.backend
+        if backend == "auto":
+            backend = "unsloth" if env.cuda and env.unsloth else "trl"
+        if backend == "unsloth":
+            if not env.cuda:
+                raise TrainConfigError(
+                    "the unsloth backend needs a CUDA GPU and none is visible",
+                    "use --backend trl (or auto) on this machine",
+                )
+            if not env.unsloth:
+                raise TrainConfigError(
+                    "the unsloth backend was asked for but unsloth is not installed",
+                    "pip install 'tracebank[gpu]', or use --backend trl",
+                )
+        quantizer = env.bitsandbytes or backend == "unsloth"
+        load_in_4bit = self.load_in_4bit
+        if load_in_4bit is None:
+            load_in_4bit = env.cuda and quantizer
+        elif load_in_4bit and not env.cuda:
+            raise TrainConfigError("4-bit loading needs a CUDA GPU", "drop --load-in-4bit on this machine")
+        elif load_in_4bit and not quantizer:
+            raise TrainConfigError(
+                "4-bit loading needs bitsandbytes, which is not installed",
+                "pip install bitsandbytes, or pass --no-load-in-4bit",
+            )
+        optim = self.optim
+        if optim is None:
+            optim = "adamw_8bit" if env.cuda and env.bitsandbytes else "adamw_torch"
+        elif "8bit" in optim and not (env.cuda and env.bitsandbytes):
+            raise TrainConfigError(
+                f"optimizer {optim} needs CUDA and bitsandbytes", "use --optim adamw_torch on this machine"
+            )
+        bf16 = self.bf16
+        if bf16 is None:
+            bf16 = env.cuda and env.bf16_supported
+        elif bf16 and env.cuda and not env.bf16_supported:
+            raise TrainConfigError("this GPU does not support bf16", "drop --bf16")
+        gradient_checkpointing = (
+            env.cuda if self.gradient_checkpointing is None else self.gradient_checkpointing
+        )
+        if env.cuda:
+            save_dtype = "bfloat16" if env.bf16_supported else "float16"
+        else:
+            # Without a GPU the model trains in float32; casting to 16 bits here would only lose
+            # precision the CPU never had to give up. vLLM casts at load time anyway.
+            save_dtype = "bfloat16" if bf16 else "float32"
+        return Resolved(
+            backend=backend,
+            device=env.device,
+            load_in_4bit=bool(load_in_4bit),
+            optim=optim,
+            bf16=bool(bf16),
+            gradient_checkpointing=bool(gradient_checkpointing),
+            save_dtype=save_dtype,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["target_modules"] = list(self.target_modules)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise TrainConfigError(f"unknown training option(s): {', '.join(unknown)}")
+        values = dict(data)
+        if "target_modules" in values:
+            values["target_modules"] = tuple(values["target_modules"])
+        return cls(**values)

@@ -1,0 +1,317 @@
+"""The training recipe both backends share: setup, train, save, cleanup.
+
+It runs inside the training child process. Only model loading, adapter attachment and
+saving come from the backend; data, collation, SFTConfig, callbacks, evaluation with the
+best checkpoint and early stopping are this one path, so the two backends cannot drift.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from train import preflight
+from train.collate import PadCollator
+from train.config import Environment, Resolved, TrainConfig
+from train.dataset import load_split
+from train.errors import TrainError
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def detect_environment(want_unsloth: bool) -> tuple[Environment, str | None]:
+    """What this machine offers. Unsloth is imported here (before trl) when it may be used."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    mps_backend = getattr(torch.backends, "mps", None)
+    env = Environment(
+        cuda=cuda,
+        bf16_supported=bool(cuda and torch.cuda.is_bf16_supported()),
+        bitsandbytes=find_spec("bitsandbytes") is not None,
+        mps=bool(mps_backend is not None and mps_backend.is_available()),
+    )
+    note = None
+    if want_unsloth and cuda and find_spec("unsloth") is not None:
+        try:
+            import unsloth  # noqa: F401  (patches trl/transformers; must come first)
+
+            env.unsloth = True
+        except Exception as exc:  # an installed but broken unsloth: auto falls back to TRL
+            note = f"unsloth failed to import ({type(exc).__name__}: {exc}); using TRL+PEFT"
+    return env, note
+
+
+def _metric_callback(emit: Emit) -> Any:
+    from transformers import TrainerCallback
+
+    class MetricsToRecord(TrainerCallback):
+        """Sends every train log and evaluation to the parent, which appends them to metrics.jsonl."""
+
+        def __init__(self) -> None:
+            self.started = time.perf_counter()
+            self.tokens: int | None = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.started = time.perf_counter()
+            emit(
+                {
+                    "event": "train_begin",
+                    "max_steps": state.max_steps,
+                    "epochs": args.num_train_epochs if args.max_steps <= 0 else None,
+                }
+            )
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+        ) -> None:
+            logs = logs or {}
+            elapsed = round(time.perf_counter() - self.started, 4)
+            if "num_tokens" in logs:
+                self.tokens = int(logs["num_tokens"])
+            if "loss" in logs:
+                emit(
+                    {
+                        "event": "metric",
+                        "split": "train",
+                        "step": state.global_step,
+                        "epoch": logs.get("epoch"),
+                        "loss": logs["loss"],
+                        "learning_rate": logs.get("learning_rate"),
+                        "grad_norm": logs.get("grad_norm"),
+                        "tokens": self.tokens,
+                        "time": elapsed,
+                        "token_accuracy": logs.get("mean_token_accuracy"),
+                    }
+                )
+            if "eval_loss" in logs:
+                emit(
+                    {
+                        "event": "metric",
+                        "split": "eval",
+                        "step": state.global_step,
+                        "epoch": logs.get("epoch"),
+                        "loss": logs["eval_loss"],
+                        "tokens": self.tokens,
+                        "time": elapsed,
+                        "token_accuracy": logs.get("eval_mean_token_accuracy"),
+                    }
+                )
+
+    return MetricsToRecord()
+
+
+def fused_loss_available(device: str) -> bool:
+    """TRL 1.15 computes the SFT loss with Triton kernels; they exist only with Triton, on a GPU."""
+    if device != "cuda":
+        return False
+    try:
+        from trl.trainer import utils as trl_utils
+    except ImportError:
+        return False
+    return getattr(trl_utils, "_ChunkedLogProbFunction", None) is not None
+
+
+def _trainer_class(fused: bool) -> Any:
+    """TRL's SFTTrainer (Unsloth's patched one when unsloth was imported first).
+
+    Where TRL's Triton loss cannot run (CPU, MPS, no Triton), the loss is the model's own
+    causal-LM cross-entropy (`transformers.Trainer.compute_loss`): the same mean over the
+    tokens whose label is not -100, so the prompt never contributes.
+    """
+    from transformers import Trainer
+    from trl import SFTTrainer
+
+    if fused:
+        return SFTTrainer
+
+    class PlainLossSFTTrainer(SFTTrainer):  # type: ignore[misc, valid-type]
+        def compute_loss(
+            self,
+            model: Any,
+            inputs: dict[str, Any],
+            return_outputs: bool = False,
+            num_items_in_batch: Any = None,
+        ) -> Any:
+            if model.training:
+                self._total_train_tokens += int(inputs["attention_mask"].sum().item())
+                self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
+            return Trainer.compute_loss(
+                self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+
+    return PlainLossSFTTrainer
+
+
+class SFTRecipe:
+    """Supervised fine-tuning of a LoRA adapter on one dataset version's pre-tokenized rows."""
+
+    def __init__(self, spec: dict[str, Any], emit: Emit) -> None:
+        self.spec = spec
+        self.config = TrainConfig.from_dict(spec["config"])
+        self.emit = emit
+        self.trainer: Any = None
+        self.tokenizer: Any = None
+        self.resolved: Resolved | None = None
+        self.backend: Any = None
+        self.stats: dict[str, Any] = {}
+
+    def setup(self) -> None:
+        config, spec = self.config, self.spec
+        env, note = detect_environment(want_unsloth=config.backend in ("auto", "unsloth"))
+        resolved = self.resolved = config.resolve(env)
+        from train.backends import get_backend
+
+        self.backend = get_backend(resolved.backend)
+        from transformers import set_seed
+
+        set_seed(config.seed)
+        try:
+            model, self.tokenizer = self.backend.load(spec, resolved)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise TrainError(f"cannot load base model {spec['base_model']}: {_first_line(exc)}") from exc
+        names = [name for name, _ in model.named_modules()]
+        preflight.check_targets(config.target_modules, names, spec["base_model"])
+        vocab = model.get_input_embeddings().weight.shape[0]
+        if spec["max_token_id"] >= vocab:
+            raise TrainError(
+                f"dataset holds token id {spec['max_token_id']}, outside the model's "
+                f"embedding of {vocab} rows",
+                "the dataset was built with another tokenizer",
+            )
+        model = self.backend.attach_adapter(model, spec, resolved)
+        trainable, total = model.get_nb_trainable_parameters()
+        self.emit(
+            {
+                "event": "loaded",
+                "backend": resolved.backend,
+                "resolved": vars(resolved),
+                "trainable_params": int(trainable),
+                "total_params": int(total),
+                "trainable_percent": round(100 * trainable / max(total, 1), 4),
+                "pad_token_id": self.tokenizer.pad_token_id,
+                "note": note,
+            }
+        )
+
+        scratch = Path(spec["scratch_dir"])
+        splits, keep = spec["splits"], spec.get("keep_rows", {})
+        train = load_split([Path(p) for p in splits["train"]], scratch / "hf-cache", keep.get("train"))
+        has_eval = "validation" in splits and config.eval_strategy != "no"
+        evaluation = (
+            load_split([Path(p) for p in splits["validation"]], scratch / "hf-cache", keep.get("validation"))
+            if has_eval
+            else None
+        )
+        collator = PadCollator(
+            pad_id=self.tokenizer.pad_token_id, max_length=spec["max_length"] if spec["truncate"] else None
+        )
+        from transformers import EarlyStoppingCallback
+        from trl import SFTConfig
+
+        strategy = config.eval_strategy if has_eval else "no"
+        args = SFTConfig(
+            output_dir=str(scratch / "checkpoints"),
+            per_device_train_batch_size=config.batch_size,
+            per_device_eval_batch_size=config.batch_size,
+            gradient_accumulation_steps=config.grad_accum,
+            learning_rate=config.learning_rate,
+            lr_scheduler_type=config.lr_scheduler,
+            warmup_steps=config.warmup_steps,
+            weight_decay=config.weight_decay,
+            max_grad_norm=config.max_grad_norm,
+            num_train_epochs=config.epochs,
+            max_steps=config.max_steps or -1,
+            seed=config.seed,
+            data_seed=config.seed,
+            optim=resolved.optim,
+            bf16=resolved.bf16,
+            fp16=False,
+            gradient_checkpointing=resolved.gradient_checkpointing,
+            logging_strategy="steps",
+            logging_steps=config.logging_steps,
+            report_to="none",
+            disable_tqdm=True,
+            # TRL's default is 1,024 tokens; the dataset's own longest row (or --max-length) instead.
+            max_length=spec["max_length"],
+            packing=False,
+            # Rows are already token ids with their loss mask; TRL must neither re-tokenize nor
+            # rebuild labels, and the collator needs attention_mask, so no column is dropped.
+            dataset_kwargs={"skip_prepare_dataset": True},
+            remove_unused_columns=False,
+            eval_strategy=strategy,
+            eval_steps=config.eval_steps if strategy == "steps" else None,
+            save_strategy=strategy,
+            save_steps=config.eval_steps if strategy == "steps" and config.eval_steps else 500,
+            load_best_model_at_end=strategy != "no",
+            metric_for_best_model="eval_loss" if strategy != "no" else None,
+            greater_is_better=False if strategy != "no" else None,
+            save_total_limit=2 if strategy != "no" else None,
+            save_only_model=True,
+            dataloader_pin_memory=resolved.device == "cuda",
+            **config.extra,
+        )
+        callbacks = [_metric_callback(self.emit)]
+        if config.early_stopping_patience and strategy != "no":
+            callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
+        # Unsloth brings its own fused cross-entropy in the model's forward; TRL's Triton head is
+        # used only on the plain TRL path.
+        trainer_class = _trainer_class(resolved.backend == "trl" and fused_loss_available(resolved.device))
+        self.trainer = trainer_class(
+            model=model,
+            args=args,
+            train_dataset=train,
+            eval_dataset=evaluation,
+            processing_class=self.tokenizer,
+            data_collator=collator,
+            callbacks=callbacks,
+        )
+
+    def train(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        output = self.trainer.train()
+        state = self.trainer.state
+        runtime = float(output.metrics.get("train_runtime", time.perf_counter() - started))
+        tokens = next((int(h["num_tokens"]) for h in reversed(state.log_history) if "num_tokens" in h), None)
+        self.stats = {
+            "steps": int(state.global_step),
+            "epochs": float(state.epoch or 0.0),
+            "train_runtime_s": round(runtime, 3),
+            "trained_tokens": tokens,
+            "tokens_per_s": round(tokens / runtime, 1) if tokens and runtime > 0 else None,
+            "train_loss_mean": output.metrics.get("train_loss"),
+        }
+        if state.best_model_checkpoint:
+            self.stats["best_checkpoint"] = {
+                "step": int(Path(state.best_model_checkpoint).name.split("-")[-1]),
+                "eval_loss": state.best_metric,
+            }
+        return self.stats
+
+    def save(self) -> dict[str, Any]:
+        assert self.resolved is not None
+        out = self.spec["staging_dir"]
+        info = self.backend.save(self.trainer.model, self.tokenizer, out, self.spec, self.resolved)
+        self.emit({"event": "saved", **info})
+        return info
+
+    def cleanup(self) -> None:
+        """Drop the model and trainer so accelerator memory is released before the process exits."""
+        self.trainer = None
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:
+            pass
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
