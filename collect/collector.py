@@ -1,0 +1,343 @@
+"""collect: copy new rollouts, attempts and spans from a store into one committed collection.
+
+One run lists the rollouts that match the filters (pages of ``query_rollouts``,
+oldest first), drops every (rollout, attempt) an earlier collection already
+holds, fetches the spans of the rest with ``concurrency`` queries in flight,
+and writes ``rollouts``, ``attempts`` and ``spans`` Parquet files into a new
+folder ``collections/<id>/``. The manifest is written last; until then no
+reader sees any of it, so a run killed at any point leaves the warehouse as it
+was and the next run simply starts over on what is still missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from collect.config import CollectConfig
+from collect.errors import SpansEvictedError
+from collect.redact import Redactor
+from collect.source import StoreSource
+from collect.writer import SpanFileWriter, write_table
+from warehouse import bronze, catalog
+from warehouse.commit import check_sizes, commit_manifest, committed_files
+from warehouse.errors import CorruptFileError
+from warehouse.layout import Warehouse
+
+LLM_SPAN_NAMES = frozenset({"raw_gen_ai_request", "litellm_request"})
+
+#: ``progress(done, total)``: attempts handled so far and the best known total.
+Progress = Callable[[int, int], None]
+
+NO_LLM_SPANS_HINT = (
+    "likely cause: the LLMProxy exported its spans to localhost:4318 instead of the store "
+    "(opentelemetry-exporter-otlp-proto-http >= 1.44 binds the OTLP endpoint when the exporter "
+    "is built, and LLMProxy only changes it later); give the proxy an exporter bound to the "
+    "store's /v1/traces, or pin the exporter below 1.44"
+)
+
+
+@dataclass
+class CollectResult:
+    """What one collect run did; ``collection_id`` is None when there was nothing new."""
+
+    collection_id: str | None
+    folder: Path | None
+    store: str
+    counts: dict[str, int]
+    seconds: dict[str, float]
+    evicted: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    redaction: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def committed(self) -> bool:
+        return self.collection_id is not None
+
+    def summary(self) -> str:
+        """The one line the CLI prints at the end."""
+        c = self.counts
+        head = f"collected {self.collection_id}" if self.committed else "nothing new"
+        return (f"{head}: {c['rollouts']} new rollouts, {c['spans']} spans, {c['skipped']} skipped, "
+                f"{c['evicted']} evicted in {self.seconds['total']:.1f}s")
+
+
+def new_collection_id(now: dt.datetime | None = None) -> str:
+    """``cYYYYMMDDTHHMMSSZ-mmmrrr``: sorts by creation time to the millisecond (``mmm``, hex),
+    and the random ``rrr`` keeps two collects of the same millisecond apart."""
+    now = now or dt.datetime.now(dt.UTC)
+    return f"c{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03x}{secrets.token_hex(2)[:3]}"
+
+
+def already_collected(wh: Warehouse) -> set[tuple[str, str]]:
+    """(rollout_id, attempt_id) of every attempt a committed collection holds or recorded as evicted."""
+    done: set[tuple[str, str]] = set()
+    for folder, manifest in catalog.collections(wh):
+        check_sizes(folder, manifest)
+        for path in committed_files(folder, manifest, "attempts"):
+            try:
+                table = pq.read_table(path, columns=["rollout_id", "attempt_id"])
+            except Exception as exc:  # pyarrow raises several types for a damaged file
+                raise CorruptFileError(f"unreadable Parquet file {path}: {exc}",
+                                       "restore it, or move its collection folder out of the warehouse") \
+                    from exc
+            done.update(zip(table.column("rollout_id").to_pylist(),
+                            table.column("attempt_id").to_pylist(), strict=True))
+        for ev in manifest.get("evicted", []):
+            done.add((ev["rollout_id"], ev["attempt_id"]))
+    return done
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for dist in ("tracebank", "agentlightning"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+class _Run:
+    """State of one collect run (one event loop)."""
+
+    def __init__(self, src: StoreSource, wh: Warehouse, config: CollectConfig, cid: str,
+                 done: set[tuple[str, str]], progress: Progress | None) -> None:
+        self.src = src
+        self.config = config
+        self.cid = cid
+        self.folder = wh.collection_dir(cid)
+        self.done = done
+        self.progress = progress
+        self.redactor = Redactor()
+        self.writer = SpanFileWriter(self.folder, cid, config.rows_per_file)
+        self.rollouts: dict[str, dict[str, Any]] = {}
+        self.attempts: list[dict[str, Any]] = []
+        self.evicted: list[dict[str, str]] = []
+        self.no_llm: list[str] = []
+        self.succeeded = 0
+        self.skipped = 0
+        self.filtered = 0
+        self.handled = 0
+        self.total = 0
+        self.seen: set[tuple[str, str]] = set()
+        self.list_seconds = 0.0
+
+    def _tick(self) -> None:
+        if self.progress is not None:
+            self.progress(self.handled, max(self.total, self.handled))
+
+    def _keep(self, rollout: Any) -> bool:
+        cfg = self.config
+        if cfg.mode is not None and rollout.mode != cfg.mode:
+            return False
+        return not (cfg.since is not None and (rollout.start_time or 0.0) < cfg.since)
+
+    async def produce(self, queue: asyncio.Queue[Any]) -> None:
+        """Page through matching rollouts and queue them for the workers."""
+        t0 = time.perf_counter()
+        offset = 0
+        try:
+            while True:
+                items, total = await self.src.rollouts_page(offset)
+                self.total = total - self.filtered
+                for rollout in items:
+                    if self._keep(rollout):
+                        await queue.put(rollout)
+                    else:
+                        self.filtered += 1
+                        self.total -= 1
+                offset += len(items)
+                self._tick()
+                if not items or offset >= total:
+                    break
+        finally:
+            self.list_seconds = time.perf_counter() - t0
+
+    async def work(self, queue: asyncio.Queue[Any]) -> None:
+        while True:
+            rollout = await queue.get()
+            try:
+                if rollout is None:
+                    return
+                await self._one_rollout(rollout)
+            finally:
+                queue.task_done()
+
+    async def _attempts_of(self, rollout: Any) -> list[Any]:
+        if self.config.attempts == "all":
+            return await self.src.attempts(rollout.rollout_id)
+        attempt = getattr(rollout, "attempt", None)
+        if attempt is None and rollout.status != "queuing":
+            attempt = await self.src.latest_attempt(rollout.rollout_id)
+        return [attempt] if attempt is not None else []
+
+    async def _one_rollout(self, rollout: Any) -> None:
+        rid = rollout.rollout_id
+        for attempt in await self._attempts_of(rollout):
+            key = (rid, attempt.attempt_id)
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            if key in self.done:
+                self.skipped += 1
+                continue
+            try:
+                spans = await self.src.spans(rid, attempt.attempt_id)  # dicts
+            except SpansEvictedError as exc:
+                self.evicted.append({"rollout_id": rid, "attempt_id": attempt.attempt_id,
+                                     "reason": exc.message})
+                continue
+            dicts = spans
+            if self.config.redact:
+                for d in dicts:
+                    self.redactor.span(d)
+            if rollout.status == "succeeded":
+                self.succeeded += 1
+                if not any(d["name"] in LLM_SPAN_NAMES for d in dicts):
+                    self.no_llm.append(rid)
+            await self.writer.add(dicts)
+            self.attempts.append(self._redacted(attempt.model_dump()))
+            if rid not in self.rollouts:
+                row = rollout.model_dump(exclude={"attempt"})
+                self.rollouts[rid] = self._redacted(row)
+        self.handled += 1
+        self._tick()
+
+    def _redacted(self, record: dict[str, Any]) -> dict[str, Any]:
+        if self.config.redact:
+            for key in ("input", "config", "metadata"):
+                if key in record:
+                    record[key] = self.redactor.value(None, record[key])
+        return record
+
+
+async def collect_async(source: Any, wh: Warehouse, config: CollectConfig | None = None,
+                        progress: Progress | None = None) -> CollectResult:
+    """The coroutine behind :func:`collect`, for callers already inside an event loop."""
+    config = (config or CollectConfig()).validate()
+    t_start = time.perf_counter()
+    created_at = dt.datetime.now(dt.UTC)
+    wh.init()
+    done = already_collected(wh)
+    src = await StoreSource.open(source, config)
+    t_open = time.perf_counter()
+    cid = new_collection_id(created_at)
+    run = _Run(src, wh, config, cid, done, progress)
+    try:
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=config.concurrency * 4)
+        workers = [asyncio.ensure_future(run.work(queue)) for _ in range(config.concurrency)]
+
+        async def feed() -> None:
+            await run.produce(queue)
+            for _ in workers:
+                await queue.put(None)
+
+        tasks = [asyncio.ensure_future(feed()), *workers]
+        try:
+            finished, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in finished:
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await run.writer.abandon()
+            raise
+        span_entries = await run.writer.finish()
+    finally:
+        await src.close()
+    t_fetch = time.perf_counter()
+
+    counts = {
+        "rollouts": len(run.rollouts),
+        "attempts": len(run.attempts),
+        "spans": run.writer.rows,
+        "skipped": run.skipped,
+        "evicted": len(run.evicted),
+        "no_llm_spans": len(run.no_llm),
+        "filtered_out": run.filtered,
+    }
+    warnings = []
+    if run.no_llm:
+        warnings.append(
+            f"{len(run.no_llm)} of {run.succeeded} succeeded rollouts have no LLM-call spans "
+            f"(raw_gen_ai_request / litellm_request), so there is nothing to train on in them; "
+            f"{NO_LLM_SPANS_HINT}"
+        )
+    if run.evicted:
+        warnings.append(f"{len(run.evicted)} attempts had their spans evicted by the store before "
+                        "collect read them; collect more often (the in-memory store evicts the oldest "
+                        "rollouts under memory pressure)")
+    redaction = {"enabled": config.redact, "values_redacted": run.redactor.count}
+    seconds = {"connect": t_open - t_start, "list": run.list_seconds, "fetch": t_fetch - t_open}
+
+    has_new = bool(run.attempts) or bool(run.evicted)
+    if not has_new:
+        seconds["write"] = 0.0
+        seconds["total"] = time.perf_counter() - t_start
+        return CollectResult(None, None, src.description, counts, _rounded(seconds), [], warnings,
+                             redaction)
+
+    files = list(span_entries)
+    if run.attempts:
+        files.insert(0, await asyncio.to_thread(
+            write_table, run.folder, "rollouts", bronze.rollouts_table(run.rollouts.values(), cid)))
+        files.insert(1, await asyncio.to_thread(
+            write_table, run.folder, "attempts", bronze.attempts_table(run.attempts, cid)))
+    seconds["write"] = time.perf_counter() - t_fetch
+    seconds["total"] = time.perf_counter() - t_start
+    manifest = {
+        "collection_id": cid,
+        "created_at": created_at.isoformat(),
+        "finished_at": dt.datetime.now(dt.UTC).isoformat(),
+        "tag": config.tag,
+        "store_url": src.description,
+        "filters": config.filters(),
+        "counts": counts,
+        "seconds": _rounded(seconds),
+        "evicted": run.evicted,
+        "no_llm_spans_rollouts": run.no_llm[:100],
+        "redaction": redaction,
+        "warnings": warnings,
+        "concurrency": config.concurrency,
+        "versions": _versions(),
+        "extra": dict(config.extra),
+        "files": files,
+    }
+    await asyncio.to_thread(commit_manifest, run.folder, manifest)
+    return CollectResult(cid, run.folder, src.description, counts, _rounded(seconds), run.evicted,
+                         warnings, redaction)
+
+
+def _rounded(seconds: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in seconds.items()}
+
+
+def collect(source: Any, wh: Warehouse, config: CollectConfig | None = None,
+            progress: Progress | None = None) -> CollectResult:
+    """Collect new rollouts from ``source`` (a store URL or a LightningStore) into ``wh``.
+
+    Commits one new collection, or nothing when every matching attempt is
+    already in the warehouse. Raises StoreUnreachableError, StoreRequestError
+    or CollectUsageError (all TracebankErrors) with nothing committed.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(collect_async(source, wh, config, progress))
+    # Called from inside a running loop (a notebook): run on a thread with a loop of its own.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, collect_async(source, wh, config, progress)).result()

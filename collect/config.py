@@ -1,0 +1,98 @@
+"""What a collect run reads and how hard it pushes the store."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from collect.errors import CollectUsageError
+
+ROLLOUT_STATUSES = ("queuing", "preparing", "running", "failed", "succeeded", "cancelled", "requeuing")
+MODES = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """Filters and knobs of one collect run (the CLI flags, one to one)."""
+
+    statuses: tuple[str, ...] = ("succeeded",)
+    """Rollout statuses to collect (``--status``, repeatable)."""
+    mode: str | None = None
+    """Only rollouts of this mode: train, val or test (``--mode``); None for every mode."""
+    rollout_ids: tuple[str, ...] = ()
+    """Only these rollouts (``--rollout-id``, repeatable); empty for every rollout."""
+    since: float | None = None
+    """Only rollouts that started at or after this epoch time (``--since``)."""
+    attempts: Literal["latest", "all"] = "latest"
+    """``latest``: each rollout's latest attempt (what training uses); ``all``: every attempt."""
+    tag: str | None = None
+    """A name for this round, kept in the manifest (``--tag``)."""
+    redact: bool = True
+    """Replace credentials in span attributes with ``[REDACTED]`` (off with ``--no-redact``)."""
+    concurrency: int = 16
+    """Span queries in flight at once (``--concurrency``)."""
+    retries: int = 4
+    """Retries of one store request on a transient error (connection error, timeout, 5xx)."""
+    backoff_s: float = 0.25
+    """First retry delay in seconds; doubled on each further retry (with jitter)."""
+    request_timeout_s: float = 60.0
+    """Timeout of one store request in seconds."""
+    health_timeout_s: float = 3.0
+    """How long the first health check of a store URL may take before the store counts as unreachable."""
+    page_size: int = 1000
+    """Rollouts per ``query_rollouts`` page."""
+    rows_per_file: int = 100_000
+    """Spans per Parquet file; bounds the memory a large collect holds before writing."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form notes copied into the manifest (e.g. who ran the collect)."""
+
+    def validate(self) -> CollectConfig:
+        """Return self, or raise a one-line CollectUsageError naming the bad field."""
+        bad = [s for s in self.statuses if s not in ROLLOUT_STATUSES]
+        if bad or not self.statuses:
+            raise CollectUsageError(
+                f"invalid --status {', '.join(bad) or '(none)'}",
+                f"use one or more of {', '.join(ROLLOUT_STATUSES)}",
+            )
+        if self.mode is not None and self.mode not in MODES:
+            raise CollectUsageError(f"invalid --mode {self.mode!r}", f"use one of {', '.join(MODES)}")
+        if self.attempts not in ("latest", "all"):
+            raise CollectUsageError(f"invalid --attempts {self.attempts!r}", "use latest or all")
+        for name in ("concurrency", "page_size", "rows_per_file"):
+            if int(getattr(self, name)) < 1:
+                raise CollectUsageError(f"{name.replace('_', '-')} must be at least 1")
+        if self.retries < 0 or self.backoff_s < 0:
+            raise CollectUsageError("retries and backoff must not be negative")
+        if self.request_timeout_s <= 0 or self.health_timeout_s <= 0:
+            raise CollectUsageError("timeouts must be positive")
+        return self
+
+    def filters(self) -> dict[str, Any]:
+        """The filters as the manifest records them."""
+        return {
+            "statuses": list(self.statuses),
+            "mode": self.mode,
+            "rollout_ids": list(self.rollout_ids),
+            "since": self.since,
+            "attempts": self.attempts,
+        }
+
+
+def parse_since(text: str) -> float:
+    """``--since``: epoch seconds, or an ISO date / date-time (UTC unless it names a zone)."""
+    value = text.strip()
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise CollectUsageError(
+            f"invalid --since {text!r}",
+            "use epoch seconds or an ISO date/time such as 2026-11-29 or 2026-11-29T10:15:00Z",
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()

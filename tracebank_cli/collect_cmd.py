@@ -1,0 +1,82 @@
+"""`tracebank collect`: copy new rollouts and spans from an `agl store` into the warehouse."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator[Any]:
+    """A rich progress bar on stderr when it is a terminal; otherwise no callback at all."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("collecting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("collect", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None)
+
+        yield update
+
+
+@click.command()
+@click.option("--store", "store_url", required=True, metavar="URL",
+              help="The `agl store` to read, e.g. http://127.0.0.1:4747.")
+@click.option("--status", "statuses", multiple=True, metavar="S",
+              help="Rollout status to collect (repeatable; default: succeeded).")
+@click.option("--mode", default=None, metavar="M", help="Only rollouts of this mode: train, val or test.")
+@click.option("--rollout-id", "rollout_ids", multiple=True, metavar="ID",
+              help="Only this rollout (repeatable).")
+@click.option("--since", default=None, metavar="T",
+              help="Only rollouts started at or after T (ISO date/time, or epoch seconds).")
+@click.option("--attempts", default="latest", show_default=True, metavar="latest|all",
+              help="Each rollout's latest attempt, or all of its attempts.")
+@click.option("--tag", default=None, metavar="T", help="A name for this round, kept in the manifest.")
+@click.option("--no-redact", is_flag=True, help="Keep credentials found in span attributes.")
+@click.option("--concurrency", default=16, show_default=True, type=int, metavar="N",
+              help="Span queries in flight at once.")
+@click.option("--rows-per-file", default=100_000, show_default=True, type=int, metavar="N",
+              help="Spans per Parquet file (bounds memory on large stores).")
+@click.pass_obj
+def collect(wh: Any, store_url: str, statuses: tuple[str, ...], mode: str | None,
+            rollout_ids: tuple[str, ...], since: str | None, attempts: str, tag: str | None,
+            no_redact: bool, concurrency: int, rows_per_file: int) -> None:
+    """Copy new rollouts, attempts and spans from the store at URL into one new collection.
+
+    Attempts already in the warehouse are skipped, so rerunning adds only what is new.
+    """
+    from collect import CollectConfig, parse_since
+    from collect import collect as run_collect
+    from collect.errors import CollectUsageError
+
+    if tag is not None and (not tag.strip() or "\n" in tag or len(tag) > 100):
+        raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
+    config = CollectConfig(
+        statuses=tuple(statuses) or ("succeeded",),
+        mode=mode,
+        rollout_ids=tuple(rollout_ids),
+        since=parse_since(since) if since is not None else None,
+        attempts=attempts,  # type: ignore[arg-type]  # validated by CollectConfig.validate
+        tag=tag,
+        redact=not no_redact,
+        concurrency=concurrency,
+        rows_per_file=rows_per_file,
+    ).validate()
+    with _progress_bar(sys.stderr.isatty()) as progress:
+        result = run_collect(store_url, wh, config, progress=progress)
+    for warning in result.warnings:
+        click.echo(f"Warning: {warning}", err=True)
+    click.echo(result.summary())
+
+
+COMMANDS = [collect]
