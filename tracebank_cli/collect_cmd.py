@@ -47,13 +47,17 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
               help="Span queries in flight at once.")
 @click.option("--rows-per-file", default=100_000, show_default=True, type=int, metavar="N",
               help="Spans per Parquet file (bounds memory on large stores).")
+@click.option("--no-silver", is_flag=True,
+              help="Skip building the llm_calls / rewards / messages tables of the new collection now.")
 @click.pass_obj
 def collect(wh: Any, store_url: str, statuses: tuple[str, ...], mode: str | None,
             rollout_ids: tuple[str, ...], since: str | None, attempts: str, tag: str | None,
-            no_redact: bool, concurrency: int, rows_per_file: int) -> None:
+            no_redact: bool, concurrency: int, rows_per_file: int, no_silver: bool) -> None:
     """Copy new rollouts, attempts and spans from the store at URL into one new collection.
 
     Attempts already in the warehouse are skipped, so rerunning adds only what is new.
+    Then the collection's silver tables (llm_calls, rewards, messages) are built, so they
+    are queryable at once and `tracebank transform` starts from them.
     """
     from collect import CollectConfig, parse_since
     from collect import collect as run_collect
@@ -77,6 +81,13 @@ def collect(wh: Any, store_url: str, statuses: tuple[str, ...], mode: str | None
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     click.echo(result.summary())
+    if result.committed and not no_silver:
+        from transform import build_silver
+
+        (silver,) = build_silver(wh, (result.collection_id,))
+        counts = silver["counts"]
+        click.echo(f"silver: {counts['llm_calls']} llm calls ({counts['usable_calls']} with token ids), "
+                   f"{counts['rewards']} rewards, {counts['messages']} messages")
 
 
 COMMANDS = [collect]

@@ -221,7 +221,10 @@ def test_cli_summary_lines(filled, wh):
     args = ["--warehouse", str(wh.root), "collect", "--store", filled.url]
     first = runner.invoke(cli, args)
     assert first.exit_code == 0, first.output
-    assert SUMMARY.match(first.stdout.strip()).groups() == ("9", str(DEFAULT_SPANS), "0", "0")
+    summary, silver = first.stdout.splitlines()
+    assert SUMMARY.match(summary).groups() == ("9", str(DEFAULT_SPANS), "0", "0")
+    assert re.fullmatch(r"silver: \d+ llm calls \(\d+ with token ids\), \d+ rewards, \d+ messages", silver)
+    assert run_sql(wh, "SELECT count(*) AS n FROM llm_calls").to_pylist()[0]["n"] > 0
     assert first.stderr.startswith("Warning: 1 of 9 succeeded rollouts have no LLM-call spans")
     second = runner.invoke(cli, args)
     assert second.exit_code == 0
@@ -236,7 +239,7 @@ def test_cli_filters_reach_the_library(filled, wh):
                               "--since", "2000-01-01", "--tag", "t1", "--no-redact",
                               "--concurrency", "3"])
     assert out.exit_code == 0, out.output
-    assert SUMMARY.match(out.stdout.strip()).groups()[:2] == ("2", "14")
+    assert SUMMARY.match(out.stdout.splitlines()[0]).groups()[:2] == ("2", "14")
     manifest = catalog.collections(wh)[0][1]
     assert manifest["redaction"] == {"enabled": False, "values_redacted": 0}
     assert manifest["concurrency"] == 3 and manifest["filters"]["since"] == 946684800.0
