@@ -81,7 +81,7 @@ def collect(wh: Any, store_url: str, statuses: tuple[str, ...], mode: str | None
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     click.echo(result.summary())
-    if result.committed and not no_silver:
+    if result.collection_id is not None and not no_silver:
         from transform import build_silver
 
         (silver,) = build_silver(wh, (result.collection_id,))

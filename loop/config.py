@@ -1,0 +1,186 @@
+"""Typed settings of a serving round, of the warehouse-backed Algorithm, and of the demo."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from loop.errors import LoopUsageError
+
+SERVERS = ("vllm", "cpu")
+#: What a round chains after its rollouts, in order; each includes the ones before it.
+THEN = ("none", "collect", "transform", "train")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the model of a round is served: ``vllm serve`` (the recipe's flags) or tracebank's CPU server."""
+
+    kind: str = "vllm"
+    """``vllm`` (a GPU) or ``cpu`` (``python -m serve.cpu_server``, small models only)."""
+    host: str = "127.0.0.1"
+    """Address the model server binds; only the proxy talks to it."""
+    port: int | None = None
+    """Model server port; a free one when None."""
+    served_model_name: str | None = None
+    """Name the server answers to; the model folder path when None (what vLLM does)."""
+    tool_call_parser: str | None = "hermes"
+    """vLLM ``--tool-call-parser`` (with ``--enable-auto-tool-choice``); None leaves tool calls off."""
+    gpu_memory_utilization: float | None = None
+    """vLLM ``--gpu-memory-utilization``: the share of GPU memory vLLM may take; vLLM's default when None."""
+    max_model_len: int | None = None
+    """Prompt plus completion token limit (``--max-model-len``); the model's own when None."""
+    quantization: str | None = None
+    """vLLM ``--quantization`` (e.g. ``bitsandbytes`` to serve a 4-bit model); none when None."""
+    extra_args: tuple[str, ...] = ()
+    """Further arguments appended to the server command line as they are."""
+    startup_timeout_s: float = 900.0
+    """Seconds the server may take to answer ``/health`` (vLLM compiles and captures graphs: minutes)."""
+    default_max_tokens: int = 256
+    """CPU server only: completion length when a request sets no ``max_tokens``."""
+    threads: int | None = None
+    """CPU server only: torch threads; torch's default when None."""
+
+    def validate(self) -> ServerConfig:
+        if self.kind not in SERVERS:
+            raise LoopUsageError(f"unknown server {self.kind!r}", f"use one of {', '.join(SERVERS)}")
+        gpu = self.gpu_memory_utilization
+        if gpu is not None and not 0 < gpu <= 1:
+            raise LoopUsageError(f"--gpu-memory-utilization must be in (0, 1], got {gpu}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise LoopUsageError(f"--max-model-len must be at least 2, got {self.max_model_len}")
+        if not self.startup_timeout_s > 0:
+            raise LoopUsageError("the server startup timeout must be positive")
+        return self
+
+
+@dataclass(frozen=True)
+class StagesConfig:
+    """What a round runs after its rollouts: collect, then transform, then train (``--then``)."""
+
+    then: str = "none"
+    """The last stage to chain: ``none``, ``collect``, ``transform`` or ``train``."""
+    tag: str | None = None
+    """Tag of the round's collection (``--tag``); ``iter-N`` in the Algorithm."""
+    dataset_name: str = "rounds"
+    """Dataset the round's transform writes a new version of."""
+    top_fraction: float = 0.5
+    """Share of the round's rows kept by reward (the recipe's ``train_triplet_fraction``)."""
+    seed: int = 0
+    """Seed of the transform's selection and shuffle."""
+    backend: str = "auto"
+    """Training backend: ``auto`` (Unsloth on CUDA when installed, else TRL+PEFT), ``unsloth``, ``trl``."""
+    max_steps: int | None = None
+    """Optimizer steps of the training run; one epoch when None."""
+    train_timeout_s: float | None = None
+    """Seconds training may run before it is stopped and recorded failed; no limit when None."""
+    train_options: dict[str, Any] = field(default_factory=dict)
+    """Further TrainConfig fields (``learning_rate``, ``batch_size``, ``save``...), passed as they are."""
+
+    def includes(self, stage: str) -> bool:
+        """Whether ``stage`` runs in this round."""
+        return THEN.index(self.then) >= THEN.index(stage)
+
+    def validate(self) -> StagesConfig:
+        if self.then not in THEN:
+            raise LoopUsageError(f"unknown --then {self.then!r}", f"use one of {', '.join(THEN[1:])}")
+        if not 0 < self.top_fraction <= 1 or math.isnan(self.top_fraction):
+            raise LoopUsageError(f"--top-fraction must be in (0, 1], got {self.top_fraction}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise LoopUsageError(f"--max-steps must be at least 1, got {self.max_steps}")
+        return self
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    """One serving round: how to serve, how long to wait for the runners, what to chain after."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """The model server."""
+    stages: StagesConfig = field(default_factory=StagesConfig)
+    """The stages chained after the rollouts."""
+    proxy_model_name: str | None = None
+    """Model name agents see through the proxy; the served name when None."""
+    proxy_port: int | None = None
+    """Port of the LLM proxy tracebank starts; a free one when None (unused with the Trainer's proxy)."""
+    resource_name: str = "main_llm"
+    """Name of the proxy's LLM resource in the store (what the recipe publishes)."""
+    mode: str = "train"
+    """Rollout mode of the enqueued tasks: ``train``, ``val`` or ``test``."""
+    timeout_s: float = 3600.0
+    """Seconds to wait for every rollout of the round to finish (``--timeout``)."""
+    poll_interval_s: float = 1.0
+    """Seconds between ``wait_for_rollouts`` polls."""
+    settle_s: float = 1.0
+    """After the last rollout: seconds without a new span before the round's spans count as complete
+    (the proxy exports a call's spans after it has answered)."""
+    settle_timeout_s: float = 30.0
+    """Longest wait for the spans to settle."""
+    log_dir: Path | None = None
+    """Folder for the model server's log; the warehouse's tmp folder (or none) when None."""
+
+    def validate(self) -> RoundConfig:
+        self.server.validate()
+        self.stages.validate()
+        if self.mode not in ("train", "val", "test"):
+            raise LoopUsageError(f"unknown rollout mode {self.mode!r}", "use train, val or test")
+        for name in ("timeout_s", "poll_interval_s", "settle_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise LoopUsageError(f"{name.removesuffix('_s').replace('_', ' ')} must be positive")
+        if self.settle_s < 0:
+            raise LoopUsageError("settle time must not be negative")
+        return self
+
+    def with_stages(self, **changes: Any) -> RoundConfig:
+        """A copy with some StagesConfig fields changed."""
+        return replace(self, stages=replace(self.stages, **changes))
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """The warehouse-backed SFT Algorithm: iterations of serve, roll out, collect, transform, train."""
+
+    iterations: int = 2
+    """Serving rounds; each trains the model the next one serves (the recipe's ``max_iterations``)."""
+    models_dir: Path | None = None
+    """Where ``version_<N>`` models are written; the initial model's parent folder when None."""
+    round: RoundConfig = field(default_factory=lambda: RoundConfig(stages=StagesConfig(then="train")))
+    """Settings of each round; ``stages.then`` is always ``train`` here and ``stages.tag`` becomes
+    ``iter-N``."""
+
+    def validate(self) -> AlgorithmConfig:
+        if self.iterations < 1:
+            raise LoopUsageError(f"iterations must be at least 1, got {self.iterations}")
+        self.round.validate()
+        return self
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """``tracebank demo``: everything local, sized to finish in minutes on two CPU cores."""
+
+    work_dir: Path = Path("demo-models")
+    """Folder of the demo's models (``version_0`` is built there) and logs."""
+    rollouts: int = 32
+    """Toy tasks rolled out (one rollout each)."""
+    runners: int = 2
+    """agentlightning runner processes."""
+    iterations: int = 1
+    """Algorithm iterations (each one serves, rolls out, collects, transforms and trains)."""
+    max_steps: int = 16
+    """Optimizer steps of each training run."""
+    top_fraction: float = 0.5
+    """Share of rows kept by reward."""
+    dataset_name: str = "demo"
+    """Dataset the demo writes versions of."""
+    seed: int = 0
+    """Seed of the toy tasks, the tiny model and the selection."""
+    timeout_s: float = 240.0
+    """Seconds each iteration's rollouts may take."""
+
+    def validate(self) -> DemoConfig:
+        if self.rollouts < 1 or self.runners < 1 or self.iterations < 1 or self.max_steps < 1:
+            raise LoopUsageError("rollouts, runners, iterations and max steps must be at least 1")
+        return self

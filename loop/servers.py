@@ -1,0 +1,153 @@
+"""Start the model server of a round: ``vllm serve`` with the recipe's flags, or tracebank's CPU server.
+
+The process handling comes from ``serve.process`` (ServerProcess, health probe);
+the launch itself is done here so that a wait interrupted by Ctrl-C or an
+error still stops the server it started: the server runs in a session of its
+own (so Ctrl-C does not reach it) and would otherwise outlive the round.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from loop.config import ServerConfig
+from loop.errors import LoopError, LoopUsageError
+from serve.errors import ServerStartError
+from serve.process import ServerProcess, cpu_server_command, free_port, is_healthy
+
+#: The checkout root: the CPU server child imports ``serve`` from it even when tracebank is not installed.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def served_name(model: Path, config: ServerConfig) -> str:
+    """The model name the server answers to (vLLM's default is the path it was given)."""
+    return config.served_model_name or str(model)
+
+
+def vllm_executable() -> str:
+    """The ``vllm`` command next to this Python, else on PATH; a usage error when there is none."""
+    beside = Path(sys.executable).with_name("vllm")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("vllm")
+    if found is None:
+        raise LoopUsageError(
+            "vllm is not installed, so `--server vllm` cannot serve the model",
+            "pip install 'tracebank[gpu]' on a CUDA machine, or pass --server cpu for a small model",
+        )
+    return found
+
+
+def vllm_command(model: Path, port: int, config: ServerConfig) -> list[str]:
+    """``vllm serve`` as the recipe runs it, plus the round's memory, length and quantisation flags."""
+    cmd = [
+        vllm_executable(),
+        "serve",
+        str(model),
+        "--host",
+        config.host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        served_name(model, config),
+    ]
+    if config.tool_call_parser:
+        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
+    if config.gpu_memory_utilization is not None:
+        cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+    if config.max_model_len is not None:
+        cmd += ["--max-model-len", str(config.max_model_len)]
+    if config.quantization:
+        cmd += ["--quantization", config.quantization]
+    return cmd + list(config.extra_args)
+
+
+def server_command(model: Path, port: int, config: ServerConfig) -> list[str]:
+    """The command line that serves ``model`` on ``port``."""
+    if config.kind == "cpu":
+        cmd = cpu_server_command(
+            model,
+            port,
+            config.host,
+            served_name(model, config),
+            config.max_model_len,
+            config.default_max_tokens,
+            config.threads,
+        )
+        return cmd + list(config.extra_args)
+    return vllm_command(model, port, config)
+
+
+def check_model_dir(model: Path) -> Path:
+    """``model`` resolved, or a usage error when it is not a model folder."""
+    model = Path(model).expanduser().resolve()
+    if not model.is_dir():
+        raise LoopUsageError(f"model folder {model} does not exist", "pass --model a local model folder")
+    if not (model / "config.json").exists():
+        raise LoopUsageError(
+            f"{model} has no config.json, so it is not a model folder",
+            "pass --model the folder a model was saved to (save_pretrained)",
+        )
+    return model
+
+
+def launch(
+    model: Path, config: ServerConfig, log_path: Path | None = None, cancel: threading.Event | None = None
+) -> ServerProcess:
+    """Start the server for ``model`` and return it once ``/health`` answers.
+
+    Raises ServerStartError (with the last log line) when it exits or stays
+    unhealthy, LoopError when ``cancel`` is set meanwhile; on any error or
+    interrupt the process group is stopped first.
+    """
+    model = check_model_dir(model)
+    port = config.port or free_port(config.host)
+    cmd = server_command(model, port, config)
+    root = f"http://{config.host}:{port}"
+    env = dict(os.environ)
+    if config.kind == "cpu":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") if log_path else open(os.devnull, "wb") as log:
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ServerStartError(f"cannot run {cmd[0]}: {exc}") from exc
+    server = ServerProcess(proc, f"{root}/v1", f"{root}/health", log_path)
+    hint = f"see {log_path}" if log_path else None
+    try:
+        deadline = time.monotonic() + config.startup_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = server.log_tail(800).strip().splitlines()
+                raise ServerStartError(
+                    f"{config.kind} server exited with {proc.returncode} before it was healthy"
+                    + (f": {tail[-1]}" if tail else ""),
+                    hint,
+                )
+            if is_healthy(server.health_url):
+                return server
+            if cancel is not None and cancel.is_set():
+                raise LoopError("cancelled while the model server was starting")
+            time.sleep(0.25)
+        raise ServerStartError(
+            f"{config.kind} server not healthy at {server.health_url} after {config.startup_timeout_s:.0f}s",
+            hint,
+        )
+    except BaseException:
+        server.stop()
+        raise

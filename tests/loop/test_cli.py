@@ -1,0 +1,250 @@
+"""`tracebank round` via CliRunner: bad input is one line and a non-zero exit; a real round runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from serve.process import free_port
+from tracebank_cli.main import cli
+from warehouse.layout import Warehouse
+from warehouse.query import run_sql
+
+AGENT = "loop.toy_agent:repeat_text"
+
+
+@pytest.fixture
+def tasks_file(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(json.dumps({"text": t}) for t in ("the cat", "a red fox", "sun day")) + "\n")
+    return path
+
+
+def _round(wh_root, *args):
+    return CliRunner().invoke(cli, ["--warehouse", str(wh_root), "round", *args])
+
+
+def _error(result) -> str:
+    assert result.stdout == "", result.stdout
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    return result.stderr
+
+
+def test_missing_tasks_file(tmp_path, model_v0):
+    missing = tmp_path / "nope.jsonl"
+    out = _round(
+        tmp_path / "wh",
+        "--model",
+        str(model_v0),
+        "--agent",
+        AGENT,
+        "--tasks",
+        str(missing),
+        "--store",
+        "http://127.0.0.1:1",
+        "--server",
+        "cpu",
+    )
+    assert out.exit_code == 2
+    assert (
+        _error(out)
+        == f"Error: tasks file {missing} does not exist (pass --tasks a JSONL file, one task per line)\n"
+    )
+
+
+def test_tasks_file_with_a_bad_line(tmp_path, model_v0):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{not json\n')
+    out = _round(
+        tmp_path / "wh",
+        "--model",
+        str(model_v0),
+        "--agent",
+        AGENT,
+        "--tasks",
+        str(bad),
+        "--store",
+        "http://127.0.0.1:1",
+        "--server",
+        "cpu",
+    )
+    assert out.exit_code == 2
+    assert _error(out).startswith(f"Error: {bad}:2 is not JSON: ")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("nocolon", "Error: invalid agent 'nocolon' (use module:function, e.g. my_agents:math_agent)\n"),
+        (
+            "no_such_agent_module:run",
+            "Error: cannot import agent module 'no_such_agent_module': No module named "
+            "'no_such_agent_module' (is it on PYTHONPATH (run from its folder)?)\n",
+        ),
+        (
+            "loop.toy_agent:nothing",
+            "Error: agent module 'loop.toy_agent' has no 'nothing' (use module:function "
+            "naming an agentlightning rollout)\n",
+        ),
+        (
+            "loop.toy_agent:WORDS",
+            "Error: loop.toy_agent:WORDS is a tuple, not an agent (use a function "
+            "(task, llm[, rollout]) or an @agl.rollout agent)\n",
+        ),
+    ],
+)
+def test_bad_agent_spec(tmp_path, tasks_file, model_v0, spec, expected):
+    out = _round(
+        tmp_path / "wh",
+        "--model",
+        str(model_v0),
+        "--agent",
+        spec,
+        "--tasks",
+        str(tasks_file),
+        "--store",
+        "http://127.0.0.1:1",
+        "--server",
+        "cpu",
+    )
+    assert out.exit_code == 2
+    assert _error(out) == expected
+
+
+def test_a_function_that_is_not_a_rollout(tmp_path, tasks_file, model_v0):
+    out = _round(
+        tmp_path / "wh",
+        "--model",
+        str(model_v0),
+        "--agent",
+        "loop.toy_agent:similarity",
+        "--tasks",
+        str(tasks_file),
+        "--store",
+        "http://127.0.0.1:1",
+        "--server",
+        "cpu",
+    )
+    assert out.exit_code == 2
+    assert _error(out).startswith("Error: loop.toy_agent:similarity is not an agentlightning rollout: ")
+
+
+def test_missing_model_folder(tmp_path, tasks_file):
+    out = _round(
+        tmp_path / "wh",
+        "--model",
+        str(tmp_path / "none"),
+        "--agent",
+        AGENT,
+        "--tasks",
+        str(tasks_file),
+        "--store",
+        "http://127.0.0.1:1",
+        "--server",
+        "cpu",
+    )
+    assert out.exit_code == 2
+    assert (
+        _error(out)
+        == f"Error: model folder {tmp_path / 'none'} does not exist (pass --model a local model folder)\n"
+    )
+
+
+def test_bad_store_url_and_unreachable_store(tmp_path, tasks_file, model_v0):
+    args = ["--model", str(model_v0), "--agent", AGENT, "--tasks", str(tasks_file), "--server", "cpu"]
+    out = _round(tmp_path / "wh", *args, "--store", "localhost:4747")
+    assert out.exit_code == 2
+    assert (
+        _error(out)
+        == "Error: invalid store URL 'localhost:4747' (use http://HOST:PORT, e.g. http://127.0.0.1:4747)\n"
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    out = _round(tmp_path / "wh", *args, "--store", url)
+    assert out.exit_code == 1
+    assert _error(out) == (
+        f"Error: no agentlightning store answers at {url} "
+        "(start one with `agl store --port 4747` and pass --store http://HOST:4747)\n"
+    )
+
+
+def test_bad_top_fraction(tmp_path, tasks_file, model_v0):
+    out = _round(
+        tmp_path / "wh",
+        "--model",
+        str(model_v0),
+        "--agent",
+        AGENT,
+        "--tasks",
+        str(tasks_file),
+        "--store",
+        "http://127.0.0.1:1",
+        "--server",
+        "cpu",
+        "--then",
+        "transform",
+        "--top-fraction",
+        "2",
+    )
+    assert out.exit_code == 2
+    assert _error(out) == "Error: --top-fraction must be in (0, 1], got 2.0\n"
+
+
+def test_vllm_server_without_vllm_installed(tmp_path, tasks_file, model_v0):
+    import shutil
+
+    if shutil.which("vllm"):
+        pytest.skip("vllm is installed here")
+    out = _round(
+        tmp_path / "wh",
+        "--model",
+        str(model_v0),
+        "--agent",
+        AGENT,
+        "--tasks",
+        str(tasks_file),
+        "--store",
+        "http://127.0.0.1:1",
+    )
+    assert out.exit_code == 2
+    assert _error(out) == (
+        "Error: vllm is not installed, so `--server vllm` cannot serve the model (pip install "
+        "'tracebank[gpu]' on a CUDA machine, or pass --server cpu for a small model)\n"
+    )
+
+
+def test_a_round_with_local_runners_collects_its_rollouts(tmp_path, tasks_file, model_v0, store_url):
+    out = _round(
+        tmp_path / "wh",
+        "--model",
+        str(model_v0),
+        "--agent",
+        AGENT,
+        "--tasks",
+        str(tasks_file),
+        "--store",
+        store_url,
+        "--server",
+        "cpu",
+        "--runners",
+        "2",
+        "--then",
+        "collect",
+        "--tag",
+        "cli",
+        "--timeout",
+        "120",
+    )
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith("round done: 3 rollouts (3 succeeded) in "), out.stdout
+    assert "rollouts done in" in out.stderr and "collected c" in out.stderr
+    wh = Warehouse(tmp_path / "wh")
+    rows = run_sql(
+        wh,
+        "SELECT c.tag, r.status, json_extract_string(r.input, '$.text') AS text "
+        "FROM rollouts r JOIN collections c USING (collection_id) ORDER BY text",
+    ).to_pylist()
+    assert rows == [
+        {"tag": "cli", "status": "succeeded", "text": t} for t in ("a red fox", "sun day", "the cat")
+    ]
