@@ -171,7 +171,7 @@ def ensure_read_only(sql: str) -> None:
         if kind not in READ_ONLY_TYPES:
             raise QueryError(
                 f"refusing a {kind} statement: `tracebank sql` only runs reads",
-                "use SELECT (the warehouse is changed only by collect, transform and train)",
+                "use SELECT; only collect, transform and train change the warehouse",
             )
 
 
