@@ -5,43 +5,49 @@ Order of work: silver caches (built once per collection) -> rewarded calls
 merged per trajectory) -> filters and selection -> Parquet files -> manifest.
 The version folder is reserved first and committed last; on any failure it
 is removed, and a reader never sees it in between (no manifest yet).
+
+Speed: everything up to the selection moves only small per-call columns; the
+token lists are read from the silver cache on a helper thread meanwhile and
+copied once, straight into each split's final row order (``transform.rows``,
+``transform.writer``). Nothing here imports pandas (see ``transform.arrowutil``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transform import silver as silver_mod
+from transform.arrowutil import arrow_ints
 from transform.config import TransformConfig
-from transform.errors import EmptyDatasetError, NoCollectionsError
+from transform.errors import EmptyDatasetError, NoCollectionsError, TransformError
 from transform.manifest import content_hash, source_hash, stats, summary_line
-from transform.rows import build_rows
+from transform.rows import CallTokens, build_rows
 from transform.select import rollout_scores, select_rows
 from transform.triplets import CallCounts, rewarded_calls
+from transform.writer import write_split
 from warehouse import catalog, schemas
 from warehouse.catalog import DatasetRef
-from warehouse.commit import commit_manifest, committed_files, write_parquet_atomic
+from warehouse.commit import commit_manifest, committed_files
 from warehouse.layout import Warehouse
 
 CALL_COLUMNS = ["collection_id", "rollout_id", "attempt_id", "span_id", "sequence_id", "start_time",
-                "response_id", "prompt_token_ids", "response_token_ids", "prompt_len", "response_len",
-                "reject_reason", "span_index"]
+                "response_id", "prompt_len", "response_len", "reject_reason", "span_index"]
+TOKEN_COLUMNS = ["prompt_token_ids", "response_token_ids"]
 REWARD_COLUMNS = ["rollout_id", "attempt_id", "span_id", "sequence_id", "start_time", "value",
                   "reject_reason", "span_index"]
-EXTRA_COLUMNS = ["collection_id", "response_id", "calls"]
-# Small string columns repeat a lot; token lists are written plain (dictionaries do not pay there).
-_DICT_COLUMNS = ["rollout_id", "attempt_id", "collection_id"]
-
 
 @dataclass(frozen=True)
 class TransformResult:
@@ -86,38 +92,59 @@ def _bronze(wh: Warehouse, cid: str, manifest: dict[str, Any], table: str, colum
     return pa.concat_tables([pq.ParquetFile(f).read(columns=columns).cast(wanted) for f in files])
 
 
-def load_inputs(wh: Warehouse, chosen: list[tuple[str, dict[str, Any]]], rebuild: bool,
-                pool: ThreadPoolExecutor) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame,
-                                                   dict[str, int], list[Future[dict[str, Any]]]]:
-    """(calls, rewards, attempts, rollouts, silver counts, pending silver writes) of the chosen collections.
+Inputs = tuple[pl.DataFrame, Future[CallTokens], pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, int],
+               list[Future[dict[str, Any]]]]
 
-    A missing silver cache is computed here and used straight from memory; writing
-    and committing it runs on ``pool`` while the rest of the transform goes on.
+
+def load_inputs(wh: Warehouse, chosen: list[tuple[str, dict[str, Any]]], rebuild: bool,
+                pool: ThreadPoolExecutor) -> Inputs:
+    """(calls, their tokens, rewards, attempts, rollouts, silver counts, pending silver writes).
+
+    ``calls`` holds the small per-call columns and ``tok``, the call's index in the
+    token lists, which stay flat in ``CallTokens`` until rows are materialised.
+    Cached token lists are read on ``pool`` while the rows are planned (planning
+    never looks at them). A missing silver cache is computed here and used
+    straight from memory; writing and committing it runs on ``pool`` too.
     """
     calls, rewards, attempts, rollouts = [], [], [], []
+    token_parts: list[Callable[[], pa.Table]] = []
     pending: list[Future[dict[str, Any]]] = []
-    built = cached = 0
+    built = cached = loaded = 0
     for order, (cid, manifest) in enumerate(chosen):
         if not rebuild and silver_mod.cached_manifest(wh, cid) is not None:
             cached += 1
             c = silver_mod.load_silver(wh, cid, "llm_calls", CALL_COLUMNS)
             r = silver_mod.load_silver(wh, cid, "rewards", REWARD_COLUMNS)
+            token_parts.append(partial(silver_mod.load_silver, wh, cid, "llm_calls", TOKEN_COLUMNS))
         else:
             built += 1
             tables = silver_mod.silver_tables(wh, cid)
             pending.append(pool.submit(silver_mod.write_silver, wh, cid, tables))
             c, r = tables["llm_calls"].select(CALL_COLUMNS), tables["rewards"].select(REWARD_COLUMNS)
-        calls.append(c.append_column("source_order", pa.array([order] * c.num_rows, pa.int32())))
-        rewards.append(r.append_column("source_order", pa.array([order] * r.num_rows, pa.int32())))
+            token_parts.append(partial(tables["llm_calls"].select, TOKEN_COLUMNS))
+        c = c.append_column("tok", arrow_ints(np.arange(loaded, loaded + c.num_rows, dtype=np.int64)))
+        loaded += c.num_rows
+        calls.append(c.append_column("source_order", arrow_ints(np.full(c.num_rows, order, np.int32))))
+        rewards.append(r.append_column("source_order", arrow_ints(np.full(r.num_rows, order, np.int32))))
         attempts.append(_bronze(wh, cid, manifest, "attempts", ["rollout_id", "attempt_id", "sequence_id"]))
         rollouts.append(_bronze(wh, cid, manifest, "rollouts", ["rollout_id", "input"]))
+    tokens = pool.submit(_load_tokens, token_parts, loaded)
     call_frame = pl.from_arrow(pa.concat_tables(calls, promote_options="permissive"))
     reward_frame = pl.from_arrow(pa.concat_tables(rewards, promote_options="permissive"))
     attempt_frame = pl.from_arrow(pa.concat_tables(attempts))
     rollout_frame = pl.from_arrow(pa.concat_tables(rollouts))
     assert isinstance(call_frame, pl.DataFrame) and isinstance(reward_frame, pl.DataFrame)
     assert isinstance(attempt_frame, pl.DataFrame) and isinstance(rollout_frame, pl.DataFrame)
-    return call_frame, reward_frame, attempt_frame, rollout_frame, {"built": built, "cached": cached}, pending
+    return (call_frame, tokens, reward_frame, attempt_frame, rollout_frame,
+            {"built": built, "cached": cached}, pending)
+
+
+def _load_tokens(parts: list[Callable[[], pa.Table]], expected: int) -> CallTokens:
+    tables = [part() for part in parts]
+    if sum(t.num_rows for t in tables) != expected:
+        raise TransformError("a silver cache changed while it was read", "run the transform again")
+    return CallTokens.from_arrow([t.column("prompt_token_ids") for t in tables],
+                                 [t.column("response_token_ids") for t in tables])
 
 
 def _reserve(wh: Warehouse, name: str) -> tuple[int, Path]:
@@ -133,38 +160,33 @@ def _reserve(wh: Warehouse, name: str) -> tuple[int, Path]:
         return version, folder
 
 
-def _arrow_rows(frame: pl.DataFrame) -> pa.Table:
-    table = frame.select(schemas.DATASET_ROWS.names + EXTRA_COLUMNS).to_arrow()
-    return schemas.conform(table, schemas.DATASET_ROWS)
-
-
 def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
     """Build and commit the next version of ``config.name``; see the module docstring."""
     wh.check_format()
     config.validate()
     chosen = choose_collections(wh, config.collections)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="silver-writer") as pool:
-        calls, rewards, attempts, rollouts, silver_counts, pending = load_inputs(
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="transform-io") as pool:
+        calls, tokens, rewards, attempts, rollouts, silver_counts, pending = load_inputs(
             wh, chosen, config.rebuild_silver, pool)
-        result = _build(wh, config, chosen, calls, rewards, attempts, rollouts, silver_counts)
+        result = _build(wh, config, chosen, calls, tokens, rewards, attempts, rollouts, silver_counts)
         for future in pending:
             future.result()  # a silver cache that failed to commit fails the run loudly
     return result
 
 
 def _build(wh: Warehouse, config: TransformConfig, chosen: list[tuple[str, dict[str, Any]]],
-           calls: pl.DataFrame, rewards: pl.DataFrame, attempts: pl.DataFrame, rollouts: pl.DataFrame,
-           silver_counts: dict[str, int]) -> TransformResult:
+           calls: pl.DataFrame, tokens: Future[CallTokens], rewards: pl.DataFrame, attempts: pl.DataFrame,
+           rollouts: pl.DataFrame, silver_counts: dict[str, int]) -> TransformResult:
 
     call_counts = CallCounts()
     rewarded = rewarded_calls(calls, rewards, attempts, call_counts)
     rewarded = rewarded.sort(["rollout_id", "call_index"])
-    rows, merge_stats = build_rows(rewarded, merge=config.merge == "trajectory")
+    rows, source, merge_stats = build_rows(rewarded, tokens.result, merge=config.merge == "trajectory")
     # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
     rows = rows.sort(["rollout_id", "call_index"], descending=[False, True])
     tasks = rollouts.unique("rollout_id", keep="last").select("rollout_id", pl.col("input").alias("task"))
     scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
-    train, validation, select_counts = select_rows(rows, scores, config)
+    train, validation, select_counts = select_rows(rows, scores, config, source)
 
     counts: dict[str, Any] = {"collections": len(chosen), "silver": silver_counts,
                               **call_counts.as_dict(), "merged": merge_stats, **select_counts.as_dict()}
@@ -178,20 +200,21 @@ def _build(wh: Warehouse, config: TransformConfig, chosen: list[tuple[str, dict[
     sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
     version, folder = _reserve(wh, config.name)
     try:
-        files = []
+        files, digests, max_ids = [], [], []
         for split, frame in (("train", train), ("validation", validation)):
             if frame.height == 0:
                 continue
-            entry = write_parquet_atomic(folder / f"{split}.parquet", _arrow_rows(frame),
-                                         compression="zstd", use_dictionary=_DICT_COLUMNS)
-            files.append({**entry, "table": "dataset_rows", "split": split})
-        st = stats({"train": train, "validation": validation})
+            written = write_split(folder / f"{split}.parquet", frame, source)
+            files.append({**written.entry, "table": "dataset_rows", "split": split})
+            digests.append({"split": split, "rows": frame.height, "digest": written.digest})
+            max_ids.append(written.max_token_id)
+        st = stats({"train": train, "validation": validation}, max_ids)
         manifest = {
             "name": config.name,
             "version": version,
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "tracebank_version": tracebank_version(),
-            "content_hash": content_hash(config, sources, files),
+            "content_hash": content_hash(config, sources, digests),
             "params": config.params(),
             "sources": sources,
             "counts": counts,

@@ -8,11 +8,16 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import xxhash
 
+from transform.arrowutil import numpy_view
 from transform.config import TransformConfig
+from transform.silver import SILVER_VERSION
 
-# Bump when the same inputs and options would produce different rows.
-ROWS_FORMAT = 1
+# Bump when the same inputs and options would produce different rows, i.e. whenever
+# transform.rows changes what a row holds (2: the hash no longer reads the Parquet bytes).
+ROWS_FORMAT = 3
 
 # Options that change where or how fast a version is built, not what it holds.
 _NOT_HASHED = ("name", "rebuild_silver", "collections")
@@ -27,15 +32,83 @@ def source_hash(manifest: dict[str, Any]) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+def _kind(t: pa.DataType) -> str:
+    """A type's name without what Parquet round trips may change (list field names, offset width)."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"list<{t.value_type}>"
+    if pa.types.is_large_string(t):
+        return "string"
+    return str(t)
+
+
+class RowsDigest:
+    """Digest of a split's rows, fed in row order, chunk by chunk (the chunking is no part of it).
+
+    It reads values, never the file, so the Parquet encoding (compression, page
+    and row-group layout, writer version) is no part of it. Every column is
+    hashed by value: numbers without nulls as little-endian bytes, token lists
+    as their lengths plus their values, anything else as JSON. The token values
+    (~45 MB for a 5M-token version) go through xxh3-128, which hashes them in a
+    few milliseconds where sha256 would take as long as the rest of a warm
+    transform; the per-column digests are then combined with sha256.
+    """
+
+    TOKEN_LISTS = ("input_ids", "attention_mask", "labels")
+
+    def __init__(self) -> None:
+        self._streams: dict[str, tuple[str, Any, Any]] = {}
+        self.rows = 0
+
+    def update(self, table: pa.Table) -> None:
+        """Add the next rows (a table with the same columns as before)."""
+        if table.num_rows == 0:
+            return
+        self.rows += table.num_rows
+        for name in table.column_names:
+            col = table.column(name)
+            arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            kind, first, second = self._streams.setdefault(
+                name, (_kind(arr.type), hashlib.sha256(), xxhash.xxh3_128()))
+            if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+                offsets = numpy_view(arr.offsets)
+                first.update(np.diff(offsets).astype("<i8").data)
+                values = numpy_view(arr.values)[offsets[0]:offsets[-1]]
+                second.update(np.ascontiguousarray(values, values.dtype.newbyteorder("<")).data)
+            elif arr.null_count == 0 and str(arr.type) in ("int32", "int64", "double"):
+                values = numpy_view(arr)
+                first.update(np.ascontiguousarray(values, values.dtype.newbyteorder("<")).data)
+            else:
+                # "[a,b]" without its brackets plus a trailing comma concatenates chunk-independently.
+                text = json.dumps(arr.to_pylist(), separators=(",", ":"), default=str)
+                first.update((text[1:-1] + ",").encode())
+
+    def hexdigest(self) -> str:
+        h = hashlib.sha256(f"rows:{self.rows};".encode())
+        for name, (kind, first, second) in self._streams.items():
+            h.update(f"{name}:{kind}:{first.hexdigest()}:{second.hexdigest()};".encode())
+        return h.hexdigest()
+
+
+def rows_digest(table: pa.Table) -> str:
+    """:class:`RowsDigest` of a whole table."""
+    digest = RowsDigest()
+    digest.update(table)
+    return digest.hexdigest()
+
+
 def content_hash(config: TransformConfig, sources: list[dict[str, Any]],
                  files: list[dict[str, Any]]) -> str:
-    """Deterministic: the same sources, options and rows give the same hash (never the time)."""
+    """Deterministic: the same sources, options and rows give the same hash (never the time).
+
+    ``files`` carry each split's :class:`RowsDigest` as ``digest``.
+    """
     params = {k: v for k, v in config.params().items() if k not in _NOT_HASHED}
     doc = {
         "rows_format": ROWS_FORMAT,
+        "silver_version": SILVER_VERSION,
         "params": params,
         "sources": sorted((s["collection_id"], s["content_hash"]) for s in sources),
-        "files": sorted((f["split"], f["rows"], f["sha256"]) for f in files),
+        "files": sorted((f["split"], f["rows"], f["digest"]) for f in files),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -48,14 +121,19 @@ def _quantiles(values: np.ndarray) -> dict[str, float | int]:
             "max": int(values.max()), "mean": round(float(values.mean()), 3)}
 
 
-def stats(splits: dict[str, pl.DataFrame]) -> dict[str, Any]:
-    """Token, length and reward statistics over every split (and rows per split)."""
+def stats(splits: dict[str, pl.DataFrame], max_ids: list[int | None]) -> dict[str, Any]:
+    """Token, length and reward statistics over every split (and rows per split).
+
+    ``splits`` are row plans (``length``, ``trained``, ``reward``); ``max_ids`` the
+    largest input id of each written split.
+    """
     frames = [f for f in splits.values() if f.height]
-    rows = pl.concat([f.select("length", "trained", "reward", "input_ids") for f in frames]) if frames \
-        else pl.DataFrame({"length": [], "trained": [], "reward": [], "input_ids": []})
+    rows = pl.concat([f.select("length", "trained", "reward") for f in frames]) if frames \
+        else pl.DataFrame({"length": [], "trained": [], "reward": []})
     lengths = rows.get_column("length").to_numpy() if rows.height else np.zeros(0, np.int64)
     rewards = rows.get_column("reward").to_numpy() if rows.height else np.zeros(0)
-    max_id = rows.select(pl.col("input_ids").list.max().max()).item() if rows.height else None
+    known = [m for m in max_ids if m is not None]
+    max_id = max(known) if known else None
     return {
         "rows": rows.height,
         "rows_by_split": {name: f.height for name, f in splits.items()},

@@ -9,27 +9,87 @@ labelled where it sits in that sequence; everything in between (tool output,
 new user turns) stays -100. A call that does not extend the previous one (a
 prefix break) or carries another reward starts a new row.
 
-Both cases share one construction: a row is a chain of calls (of length 1
-without merging), labels are written with one vectorised scatter.
+Both cases share one construction: a row is a chain of consecutive calls (of
+length 1 without merging). Rows are planned first as small per-row columns
+(``first``/``last`` call of the chain, length, reward, provenance); sorting,
+filtering and selection move only those. Token lists are copied exactly once,
+by :meth:`RowTokens.materialize`, straight into the final order of a split.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from transform.arrowutil import arrow_ints, numpy_view
 from transform.errors import TransformError
 
 _MAX_OFFSET = 2**31 - 1
+IGNORE = -100
 
 
-def _chains(calls: pl.DataFrame, merge: bool) -> tuple[pl.Series, dict[str, Any] | None]:
+@dataclass(frozen=True)
+class CallTokens:
+    """Prompt and response ids of every loaded call, flat; call ``k`` is addressed by its ``tok`` index."""
+
+    prompt_values: np.ndarray
+    prompt_offsets: np.ndarray
+    response_values: np.ndarray
+    response_offsets: np.ndarray
+
+    @staticmethod
+    def _flat(parts: list[pa.ChunkedArray | pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+        values, offsets, base = [], [np.zeros(1, np.int64)], 0
+        for part in parts:
+            arrays = part.chunks if isinstance(part, pa.ChunkedArray) else [part]
+            for arr in arrays:
+                if len(arr) == 0:
+                    continue
+                off = numpy_view(arr.offsets).astype(np.int64)
+                vals = numpy_view(arr.values)
+                values.append(vals[off[0]:off[-1]])
+                offsets.append(off[1:] - off[0] + base)
+                base += int(off[-1] - off[0])
+        flat = values[0] if len(values) == 1 else (
+            np.concatenate(values) if values else np.zeros(0, np.int32))
+        return flat, np.concatenate(offsets)
+
+    @classmethod
+    def from_arrow(cls, prompts: list[pa.ChunkedArray | pa.Array],
+                   responses: list[pa.ChunkedArray | pa.Array]) -> CallTokens:
+        """From the list columns of each loaded table, in load order (a null list reads as empty)."""
+        pv, po = cls._flat(prompts)
+        rv, ro = cls._flat(responses)
+        return cls(pv, po, rv, ro)
+
+    def lists(self, tok: np.ndarray) -> tuple[pa.Array, pa.Array]:
+        """(prompt, response) list arrays of calls ``tok`` (only used by the merge check)."""
+        out = []
+        for values, offsets in ((self.prompt_values, self.prompt_offsets),
+                                (self.response_values, self.response_offsets)):
+            lo, hi = offsets[tok], offsets[tok + 1]
+            new_off = np.zeros(len(tok) + 1, np.int64)
+            np.cumsum(hi - lo, out=new_off[1:])
+            vals = np.concatenate([values[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]) \
+                if len(tok) else np.zeros(0, np.int32)
+            out.append(pa.LargeListArray.from_arrays(arrow_ints(new_off),
+                                                     arrow_ints(vals.astype(np.int32, copy=False))))
+        return out[0], out[1]
+
+
+def _chains(calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: bool
+            ) -> tuple[np.ndarray, dict[str, Any] | None]:
     """Chain number of each call (calls sorted by rollout, call order)."""
     if not merge:
-        return pl.Series("chain", np.arange(calls.height, dtype=np.int64)), None
+        return np.arange(calls.height, dtype=np.int64), None
+    prompts, responses = tokens().lists(calls.get_column("tok").to_numpy())
+    calls = calls.with_columns(pl.Series("prompt_token_ids", prompts),
+                               pl.Series("response_token_ids", responses))
     full_len = pl.col("prompt_len") + pl.col("response_len")
     prev = calls.select(
         (pl.col("rollout_id") == pl.col("rollout_id").shift(1)).fill_null(False).alias("same"),
@@ -46,93 +106,114 @@ def _chains(calls: pl.DataFrame, merge: bool) -> tuple[pl.Series, dict[str, Any]
     ).to_series()
     same = prev.get_column("same") & prev.get_column("next")
     joins = same & extends & prev.get_column("same_reward")
-    chain = (~joins).cast(pl.Int64).cum_sum() - 1
+    chain = ((~joins).cast(pl.Int64).cum_sum() - 1).to_numpy()
     stats = {
         "prefix_breaks": int((same & ~extends).sum()),
         "reward_breaks": int((same & extends & ~prev.get_column("same_reward")).sum()),
     }
-    return chain.alias("chain"), stats
+    return chain, stats
+
+
+@dataclass(frozen=True)
+class RowTokens:
+    """What :meth:`materialize` needs of the chained calls: their token indices and lengths.
+
+    ``tokens`` is called when rows are first materialised (it may wait for a read).
+    """
+
+    tokens: Callable[[], CallTokens]
+    tok: np.ndarray
+    prompt_len: np.ndarray
+    response_len: np.ndarray
+
+    def materialize(self, rows: pl.DataFrame) -> tuple[pa.Array, pa.Array, pa.Array, int | None]:
+        """(input_ids, attention_mask, labels, max token id) of ``rows``, in their order.
+
+        Each piece (a prompt, a response, a run of -100) is one slice copy; no
+        per-token Python work.
+        """
+        first = rows.get_column("first").to_numpy()
+        last = rows.get_column("last").to_numpy()
+        t = self.tokens()
+        pv, rv = t.prompt_values, t.response_values
+        po, ro = t.prompt_offsets.tolist(), t.response_offsets.tolist()
+        tok = self.tok.tolist()
+        plen = self.prompt_len.tolist()
+        rlen = self.response_len.tolist()
+        lengths = self.prompt_len[last] + self.response_len[last]
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ignore = np.full(int(self.prompt_len[last].max()) if len(last) else 0, IGNORE, np.int32)
+
+        inputs: list[np.ndarray] = []
+        labels: list[np.ndarray] = []
+        for a, b in zip(first.tolist(), last.tolist(), strict=True):
+            k = tok[b]
+            inputs.append(pv[po[k]:po[k + 1]])
+            inputs.append(rv[ro[k]:ro[k + 1]])
+            cursor = 0
+            for j in range(a, b + 1):
+                m = tok[j]
+                labels.append(ignore[:plen[j] - cursor])
+                labels.append(rv[ro[m]:ro[m + 1]])
+                cursor = plen[j] + rlen[j]
+        empty = np.zeros(0, np.int32)
+        input_values = np.concatenate(inputs) if inputs else empty
+        label_values = np.concatenate(labels) if labels else empty
+        max_id = int(input_values.max()) if len(input_values) else None
+        mask = np.ones(len(input_values), np.int32)
+        return (_list_array(offsets, input_values), _list_array(offsets, mask),
+                _list_array(offsets, label_values), max_id)
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
     if offsets[-1] > _MAX_OFFSET:
         raise TransformError(f"a dataset version holds at most {_MAX_OFFSET:,} tokens per split",
                              "select fewer rows (--top-fraction, --collection)")
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, pa.int32()))
+    return pa.ListArray.from_arrays(arrow_ints(offsets.astype(np.int32)),
+                                    arrow_ints(values.astype(np.int32, copy=False)))
 
 
-def _flat(column: pl.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(values, offsets) of a list column, without copying the values through Python."""
-    arr = column.rechunk().to_arrow()
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    offsets = arr.offsets.to_numpy().astype(np.int64)
-    values = arr.values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    return values, offsets
+def build_rows(calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: bool
+               ) -> tuple[pl.DataFrame, RowTokens, dict[str, Any] | None]:
+    """Plan one row per call (or per merged chain), in rollout then call order.
 
-
-def build_rows(calls: pl.DataFrame, merge: bool) -> tuple[pl.DataFrame, dict[str, Any] | None]:
-    """One row per call (or per merged chain), in rollout then call order."""
-    chain_series, merge_stats = _chains(calls, merge)
-    chain = chain_series.to_numpy()
+    ``calls`` are the rewarded calls sorted by (rollout, call_index), with a ``tok``
+    column addressing ``tokens``. Returns the row plan, what materialising it
+    needs, and the merge statistics.
+    """
+    chain, merge_stats = _chains(calls, tokens, merge)
     n = calls.height
     # The last call of each chain gives the row its tokens and provenance.
     is_last = np.ones(n, bool)
     if n:
         is_last[:-1] = chain[1:] != chain[:-1]
     last_idx = np.flatnonzero(is_last)
-    last = calls[last_idx]
-    members = np.diff(np.concatenate([[-1], last_idx]))
+    first_idx = np.concatenate([[0], last_idx[:-1] + 1]) if n else np.zeros(0, np.int64)
+    members = last_idx - first_idx + 1
 
     plen = calls.get_column("prompt_len").to_numpy().astype(np.int64)
     rlen = calls.get_column("response_len").to_numpy().astype(np.int64)
-    pvals, poff = _flat(calls.get_column("prompt_token_ids"))
-    rvals, roff = _flat(calls.get_column("response_token_ids"))
-    # Row = prompt + response of its last call. Slicing per call (not per token) keeps
-    # this a handful of memcpy-like steps.
-    po, ro = poff.tolist(), roff.tolist()
-    pieces = []
-    for k in last_idx.tolist():
-        pieces.append(pvals[po[k]:po[k + 1]])
-        pieces.append(rvals[ro[k]:ro[k + 1]])
-    values = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
     lengths = plen[last_idx] + rlen[last_idx]
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    row_of_call = np.searchsorted(last_idx, np.arange(n))
+    # Member responses never overlap (each call's prompt + response is a prefix of the
+    # next one's prompt) and ids are never -100, so the trained tokens are their sum.
+    trained = np.add.reduceat(rlen, first_idx) if n else np.zeros(0, np.int64)
 
-    # Labels: -100 everywhere, then each member call's response where it sits in its row.
-    labels = np.full(len(values), -100, np.int32)
-    starts = (offsets[row_of_call] + plen).tolist()
-    for k, start in enumerate(starts):
-        labels[start:start + ro[k + 1] - ro[k]] = rvals[ro[k]:ro[k + 1]]
-
-    trained = (np.add.reduceat((labels != -100).astype(np.int64), offsets[:-1]) if len(values)
-               else np.zeros(len(lengths), np.int64))
-    table = pa.table({
-        "input_ids": _list_array(offsets, values),
-        "attention_mask": _list_array(offsets, np.ones(len(values), np.int32)),
-        "labels": _list_array(offsets, labels),
-    })
-    rows = pl.from_arrow(table)
-    assert isinstance(rows, pl.DataFrame)
-    rows = rows.with_columns(
-        last.get_column("reward"),
-        last.get_column("rollout_id"),
-        last.get_column("attempt_id"),
-        last.get_column("span_id"),
-        last.get_column("collection_id"),
-        last.get_column("response_id"),
+    last = calls.select("reward", "rollout_id", "attempt_id", "span_id", "collection_id", "response_id",
+                        pl.col("call_index").cast(pl.Int32))[last_idx]
+    rows = last.with_columns(
         pl.Series("calls", members, dtype=pl.Int32),
-        last.get_column("call_index").cast(pl.Int32),
         pl.Series("length", lengths, dtype=pl.Int64),
         pl.Series("trained", trained, dtype=pl.Int64),
+        pl.Series("first", first_idx, dtype=pl.Int64),
+        pl.Series("last", last_idx, dtype=pl.Int64),
     )
+    source = RowTokens(tokens, calls.get_column("tok").to_numpy(), plen, rlen)
     if merge_stats is not None:
         merge_stats.update({
             "calls": calls.height, "rows": rows.height,
-            "tokens_unmerged": int((calls.get_column("prompt_len") + calls.get_column("response_len")).sum()),
+            "tokens_unmerged": int((plen + rlen).sum()),
             "tokens_merged": int(lengths.sum()),
         })
         merge_stats["tokens_saved"] = merge_stats["tokens_unmerged"] - merge_stats["tokens_merged"]
-    return rows, merge_stats
+    return rows, source, merge_stats

@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from transform.config import TransformConfig
+from transform.rows import RowTokens
 
 
 @dataclass
@@ -76,9 +77,12 @@ def _best_per_task(scores: pl.DataFrame, k: int, rng: random.Random) -> set[str]
     return keep
 
 
-def select_rows(rows: pl.DataFrame, scores: pl.DataFrame, config: TransformConfig
+def select_rows(rows: pl.DataFrame, scores: pl.DataFrame, config: TransformConfig, source: RowTokens
                 ) -> tuple[pl.DataFrame, pl.DataFrame, SelectCounts]:
-    """(train, validation, counts) from all rewarded rows (in the recipe's initial order)."""
+    """(train, validation, counts) from all planned rows (in the recipe's initial order).
+
+    Rows are plans (see ``transform.rows``): only ``--dedup`` needs their tokens.
+    """
     counts = SelectCounts()
     rng = random.Random(config.seed)
     if config.min_reward is not None:
@@ -90,9 +94,11 @@ def select_rows(rows: pl.DataFrame, scores: pl.DataFrame, config: TransformConfi
         counts.dropped_too_long = int((~keep).sum())
         rows = rows.filter(keep)
     if config.dedup and rows.height:
+        input_ids, _, labels, _ = source.materialize(rows)
         rows = rows.with_row_index("_pos")
-        best_first = rows.sort("reward", descending=True, maintain_order=True)
-        unique = best_first.filter(pl.struct("input_ids", "labels").is_first_distinct())
+        best_first = rows.with_columns(pl.Series("_in", input_ids), pl.Series("_lab", labels)).sort(
+            "reward", descending=True, maintain_order=True)
+        unique = best_first.filter(pl.struct("_in", "_lab").is_first_distinct()).drop("_in", "_lab")
         counts.dedup = rows.height - unique.height
         rows = unique.sort("_pos").drop("_pos")
     if config.per_task is not None and rows.height:

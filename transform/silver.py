@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transform import rewards as reward_rules
+from transform.arrowutil import repeat_string, string_scalar
 from transform.errors import NoCollectionsError, TransformError
 from transform.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
 from warehouse import schemas
@@ -36,69 +37,74 @@ SILVER_VERSION = 1
 CALL_SPANS = ("raw_gen_ai_request", "litellm_request")
 SPAN_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "span_id", "name", "start_time", "attributes"]
 
-# Keys read from each call span's attributes, in the order of the j[] list below.
+# Keys read from each call span's attributes, in the order of the s[]/ty[] lists below.
 _KEYS = (
-    "llm.hosted_vllm.prompt_token_ids",    # j[1]
-    "llm.hosted_vllm.response_token_ids",  # j[2] old `agl vllm` patch: [[...]]
-    "llm.hosted_vllm.choices",             # j[3] vLLM >= 0.10.2: ids inside choices[0]
-    "prompt_token_ids",                    # j[4] ids on litellm_request
-    "response_token_ids",                  # j[5]
-    "gen_ai.response.id",                  # j[6]
-    "llm.hosted_vllm.id",                  # j[7]
-    "gen_ai.request.model",                # j[8]
-    "llm.hosted_vllm.model",               # j[9]
-    "gen_ai.response.model",               # j[10]
+    "llm.hosted_vllm.prompt_token_ids",    # [1]
+    "llm.hosted_vllm.response_token_ids",  # [2] old `agl vllm` patch: [[...]]
+    "llm.hosted_vllm.choices",             # [3] vLLM >= 0.10.2: ids inside choices[0]
+    "prompt_token_ids",                    # [4] ids on litellm_request
+    "response_token_ids",                  # [5]
+    "gen_ai.response.id",                  # [6]
+    "llm.hosted_vllm.id",                  # [7]
+    "gen_ai.request.model",                # [8]
+    "llm.hosted_vllm.model",               # [9]
+    "gen_ai.response.model",               # [10]
 )
 _PATHS = ", ".join("'$.\"" + k + "\"'" for k in _KEYS)
 
-
-def _text(j: str) -> str:
-    """SQL: a JSON value as the text upstream would literal_eval (strings unquoted)."""
-    return (f"CASE json_type({j}) WHEN 'VARCHAR' THEN {j} ->> '$' WHEN 'NULL' THEN NULL "
-            f"ELSE CAST({j} AS VARCHAR) END")
-
-
-def _str(j: str) -> str:
-    return f"CASE WHEN json_type({j}) = 'VARCHAR' THEN {j} ->> '$' END"
+# Each key is read as text (``s[k]``: strings unquoted, anything else its JSON text, JSON
+# null and a missing key NULL) plus its JSON type (``ty[k]``: NULL when missing).
+# json_extract would re-serialise every (large) token-list string as JSON, which costs
+# about four times the parse itself.
 
 
-def _truthy(j: str) -> str:
-    return (f"({j} IS NOT NULL AND json_type({j}) <> 'NULL' "
-            f"AND CAST({j} AS VARCHAR) NOT IN ('false', '0', '0.0', '\"\"', '[]', '{{}}'))")
+def _text(k: int) -> str:
+    """SQL: a value as the text upstream would literal_eval (strings unquoted)."""
+    return f"s[{k}]"
+
+
+def _str(k: int) -> str:
+    return f"CASE WHEN ty[{k}] = 'VARCHAR' THEN s[{k}] END"
+
+
+def _truthy(k: int) -> str:
+    return (f"(ty[{k}] IS NOT NULL AND ty[{k}] <> 'NULL' AND NOT CASE WHEN ty[{k}] = 'VARCHAR' "
+            f"THEN s[{k}] = '' ELSE s[{k}] IN ('false', '0', '0.0', '[]', '{{}}') END)")
 
 
 # The response id as upstream reads it: `gen_ai.response.id or llm.hosted_vllm.id`, kept
 # only when that value is a non-empty string.
-_RESPONSE_ID = (f"CASE WHEN {_truthy('j[6]')} THEN {_str('j[6]')} "
-                f"WHEN {_truthy('j[7]')} THEN {_str('j[7]')} END")
+_RESPONSE_ID = (f"CASE WHEN {_truthy(6)} THEN {_str(6)} "
+                f"WHEN {_truthy(7)} THEN {_str(7)} END")
 
 _CALLS_SQL = f"""
 WITH c AS (
   SELECT span_index, rollout_id, attempt_id, span_id, name, sequence_id, start_time,
-         json_extract(attributes, [{_PATHS}]) AS j
+         json_extract_string(attributes, [{_PATHS}]) AS s, json_type(attributes, [{_PATHS}]) AS ty
   FROM spans WHERE name IN ('raw_gen_ai_request', 'litellm_request') {{valid}}
 ), t AS (
   SELECT span_index, rollout_id, attempt_id, span_id, name AS span_name, sequence_id, start_time,
          {_RESPONSE_ID} AS response_id,
-         coalesce({_str('j[8]')}, {_str('j[9]')}, {_str('j[10]')}) AS model,
-         CASE WHEN name = 'raw_gen_ai_request' THEN {_text('j[1]')} ELSE {_text('j[4]')} END AS prompt_text,
+         coalesce({_str(8)}, {_str(9)}, {_str(10)}) AS model,
+         CASE WHEN name = 'raw_gen_ai_request' THEN {_text(1)} ELSE {_text(4)} END AS prompt_text,
          CASE WHEN name = 'raw_gen_ai_request'
-              THEN nullif(regexp_extract({_text('j[2]')}, '^\\s*\\[\\s*(\\[[^\\[\\]]*\\])', 1), '') END
+              THEN nullif(regexp_extract({_text(2)}, '^\\s*\\[\\s*(\\[[^\\[\\]]*\\])', 1), '') END
            AS old_text,
-         CASE WHEN name = 'raw_gen_ai_request' THEN {_text('j[3]')} END AS choices_text,
-         CASE WHEN name = 'litellm_request' THEN {_text('j[5]')} END AS litellm_response_text
+         CASE WHEN name = 'raw_gen_ai_request' THEN {_text(3)} END AS choices_text,
+         CASE WHEN name = 'litellm_request' THEN {_text(5)} END AS litellm_response_text
   FROM c
-  WHERE name = 'raw_gen_ai_request' OR j[4] IS NOT NULL OR j[5] IS NOT NULL
+  WHERE name = 'raw_gen_ai_request' OR ty[4] IS NOT NULL OR ty[5] IS NOT NULL
 ), p AS (
   SELECT * EXCLUDE (prompt_text), {fast_sql('prompt_text')} AS prompt_ids,
          prompt_text
   FROM t
+), v AS (
+  SELECT *, {verdict_sql('prompt_text', 'prompt_ids')} AS prompt_verdict FROM p
 )
-SELECT * EXCLUDE (prompt_text, prompt_ids),
-       {verdict_sql('prompt_text', 'prompt_ids')} AS prompt_verdict,
-       CASE WHEN {verdict_sql('prompt_text', 'prompt_ids')} = 'ok' THEN prompt_ids END AS prompt_ids,
-       CASE WHEN {verdict_sql('prompt_text', 'prompt_ids')} IS NULL THEN prompt_text END AS prompt_text
-FROM p
+SELECT * EXCLUDE (prompt_text, prompt_ids, prompt_verdict), prompt_verdict,
+       CASE WHEN prompt_verdict = 'ok' THEN prompt_ids END AS prompt_ids,
+       CASE WHEN prompt_verdict IS NULL THEN prompt_text END AS prompt_text
+FROM v
 ORDER BY span_index
 """
 
@@ -160,7 +166,7 @@ def register_spans(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
     """View ``spans`` over the files; ``span_index`` is the position in collection order."""
     if not files:
         empty = schemas.SPANS.empty_table().select(SPAN_COLUMNS)
-        con.register("_spans_empty", empty.append_column("span_index", pa.array([], pa.int64())))
+        con.register("_spans_empty", empty.append_column("span_index", pa.nulls(0, pa.int64())))
         con.execute("CREATE OR REPLACE VIEW spans AS SELECT * FROM _spans_empty")
         return
     parts = []
@@ -183,7 +189,7 @@ def _query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
 
 
 def _choice_ids_text(choices: pa.ChunkedArray) -> pa.Array:
-    series = pl.Series("c", choices.combine_chunks() if choices.num_chunks else pa.array([], pa.string()))
+    series = pl.Series("c", choices.combine_chunks() if choices.num_chunks else pa.nulls(0, pa.string()))
     return series.cast(pl.String).str.extract(_CHOICE_IDS_RE, 1).to_arrow()
 
 
@@ -196,31 +202,32 @@ def extract_calls(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Tabl
     c = _query(con, _CALLS_SQL)
     n = c.num_rows
     choice_text = _choice_ids_text(c.column("choices_text"))
-    litellm = (pc.equal(c.column("span_name"), "litellm_request").combine_chunks() if n
-               else pa.array([], pa.bool_()))
+    litellm = (pc.equal(c.column("span_name"), string_scalar("litellm_request")).combine_chunks() if n
+               else pa.nulls(0, pa.bool_()))
     response_text = _pick(litellm, c.column("litellm_response_text").combine_chunks(), choice_text) if n \
-        else pa.array([], pa.string())
+        else pa.nulls(0, pa.string())
     p_ids, p_ok = resolve_slow(c.column("prompt_ids"), c.column("prompt_verdict"), c.column("prompt_text"))
     # Response strings are short: one bulk parse for old-patch ids and choices/litellm ids.
     texts = pa.concat_arrays([
         c.column("old_text").combine_chunks().cast(pa.large_string()),
         response_text.cast(pa.large_string()),
-    ]) if n else pa.array([], pa.large_string())
+    ]) if n else pa.nulls(0, pa.large_string())
     ids, verdict = parse_token_lists(texts, con)
     o_ids, r_ids = ids.slice(0, n), ids.slice(n, n)
     o_ok, r_ok = verdict.slice(0, n), verdict.slice(n, n)
-    old_usable = pc.equal(o_ok, "ok")
+    ok, missing = string_scalar("ok"), string_scalar(MISSING)
+    old_usable = pc.equal(o_ok, ok)
     # Upstream prefers the old patch's first list and falls back to choices[0].token_ids.
     resp_ids = _pick(old_usable, o_ids, r_ids)
     resp_ok = pc.if_else(old_usable, o_ok,
-                         pc.if_else(pc.and_(pc.equal(r_ok, MISSING), pc.is_valid(c.column("old_text"))),
+                         pc.if_else(pc.and_(pc.equal(r_ok, missing), pc.is_valid(c.column("old_text"))),
                                     o_ok, r_ok))
-    prompt_good = pc.equal(p_ok, "ok")
-    reason = pc.if_else(prompt_good, pc.if_else(pc.equal(resp_ok, "ok"), pa.scalar(None, pa.string()),
+    prompt_good = pc.equal(p_ok, ok)
+    reason = pc.if_else(prompt_good, pc.if_else(pc.equal(resp_ok, ok), string_scalar(None),
                                                 resp_ok), p_ok)
     # A rejected call keeps whichever list did parse (useful in SQL); only usable calls are read later.
     table = pa.table({
-        "collection_id": pa.array([collection_id] * n, pa.string()),
+        "collection_id": repeat_string(collection_id, n),
         "rollout_id": c.column("rollout_id"),
         "attempt_id": c.column("attempt_id"),
         "span_id": c.column("span_id"),
@@ -241,6 +248,7 @@ def extract_calls(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Tabl
     return schemas.conform(table, schemas.LLM_CALLS)
 
 
+_POLARS_TYPES = {pa.string(): pl.String, pa.int64(): pl.Int64, pa.float64(): pl.Float64}
 REWARD_EXTRA = pa.schema([("reject_reason", pa.string()), ("span_index", pa.int64())])
 
 
@@ -260,13 +268,16 @@ def extract_rewards(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Ta
             "reject_reason": reason, "span_index": r["span_index"],
         })
     schema = pa.schema(list(schemas.REWARDS) + list(REWARD_EXTRA))
-    return pa.Table.from_pylist(rows, schema=schema)
+    # Through Polars: Table.from_pylist would import pandas.
+    columns = {f.name: pl.Series(f.name, [r[f.name] for r in rows], dtype=_POLARS_TYPES[f.type]).to_arrow()
+               for f in schema}
+    return pa.table(columns).cast(schema)
 
 
 def extract_messages(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Table:
     """messages rows: each chat message (input and output) of each litellm_request span."""
     m = _query(con, _MESSAGES_SQL)
-    m = m.append_column("collection_id", pa.array([collection_id] * m.num_rows, pa.string()))
+    m = m.append_column("collection_id", repeat_string(collection_id, m.num_rows))
     return schemas.conform(m, schemas.MESSAGES)
 
 
@@ -304,13 +315,23 @@ def build_silver(wh: Warehouse, collection_id: str, force: bool = False) -> dict
     return write_silver(wh, collection_id, silver_tables(wh, collection_id))
 
 
+def _parquet_options(table: pa.Table) -> dict[str, Any]:
+    """Token lists: lz4 without dictionaries or statistics (a cache read on every transform,
+    where decoding speed matters and neither pays); everything else zstd with dictionaries.
+    Per-column options name a list's leaf column (``name.list.element``)."""
+    lists = [f.name for f in table.schema if pa.types.is_list(f.type)]
+    rest = [n for n in table.column_names if n not in lists]
+    return {"compression": {**{n: "zstd" for n in rest}, **{f"{n}.list.element": "lz4" for n in lists}},
+            "use_dictionary": rest, "write_statistics": rest}
+
+
 def write_silver(wh: Warehouse, collection_id: str, tables: dict[str, pa.Table]) -> dict[str, Any]:
     """Commit computed silver tables as the cache of ``collection_id``; return the manifest."""
     folder = wh.silver_collection_dir(collection_id)
     build = uuid.uuid4().hex[:8]
     files = []
     for name, table in tables.items():
-        entry = write_parquet_atomic(folder / f"{name}-{build}.parquet", table)
+        entry = write_parquet_atomic(folder / f"{name}-{build}.parquet", table, **_parquet_options(table))
         files.append({**entry, "table": name})
     counts = {name: t.num_rows for name, t in tables.items()}
     calls = tables["llm_calls"]

@@ -17,9 +17,11 @@ import ast
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from transform.arrowutil import arrow_ints
 from warehouse.schemas import TOKENS
 
 INT32_MAX = 2**31 - 1
@@ -86,9 +88,10 @@ def parse_token_lists(texts: pa.Array | pa.ChunkedArray,
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
     if len(texts) == 0:
-        return pa.array([], TOKENS), pa.array([], pa.string())
+        return pa.nulls(0, TOKENS), pa.nulls(0, pa.string())
     con = con or duckdb.connect()
-    src = pa.table({"i": pa.array(range(len(texts)), pa.int64()), "s": texts.cast(pa.large_string())})
+    src = pa.table({"i": arrow_ints(np.arange(len(texts), dtype=np.int64)),
+                    "s": texts.cast(pa.large_string())})
     con.register("src", src)
     try:
         out = con.sql(_FAST_SQL).to_arrow_table()

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 ORDER = ["rollout_id", "sequence_id", "start_time", "source_order", "span_index"]
@@ -62,28 +63,55 @@ def _latest_only(frame: pl.DataFrame, latest: pl.DataFrame) -> pl.DataFrame:
             .sort(ORDER, nulls_last=False))
 
 
-def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> list[float | None]:
-    """Upstream's matching: each reward to the latest unmatched call with a smaller sequence id."""
-    assigned: list[float | None] = [None] * calls.height
+def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> np.ndarray:
+    """Upstream's matching: each reward to the latest unmatched call with a smaller sequence id.
+
+    Returns the matched reward of each call (NaN: none). Calls are sorted by
+    rollout then sequence id, so a rollout's only reward goes to the last call
+    before the first call with a sequence id at least the reward's: one
+    vectorised search. Rollouts with several rewards walk upstream's loop.
+    """
+    assigned = np.full(calls.height, np.nan)
     if rewards.height == 0 or calls.height == 0:
         return assigned
     # Row ranges of each rollout's calls (calls are sorted by rollout first).
     bounds = (calls.with_row_index("i").group_by("rollout_id", maintain_order=True)
-              .agg(pl.col("i").first().alias("lo"), pl.col("i").last().alias("hi")))
-    where = {r: (lo, hi) for r, lo, hi in bounds.iter_rows()}
-    seqs = calls.get_column("sequence_id").to_list()
-    span_ids = calls.get_column("span_id").to_list()
-    for rollout, r_seqs, r_vals in (rewards.group_by("rollout_id", maintain_order=True)
-                                    .agg("sequence_id", "value").iter_rows()):
-        if rollout not in where:
-            continue
-        lo, hi = where[rollout]
+              .agg(pl.col("i").first().alias("lo"), pl.col("i").last().alias("hi"))
+              .with_row_index("rank"))
+    matched = rewards.select("rollout_id", "sequence_id", "value").join(bounds, on="rollout_id", how="inner")
+    if matched.height == 0:
+        return assigned
+    several = matched.get_column("rollout_id").is_duplicated()
+    seqs = calls.get_column("sequence_id").to_numpy().astype(np.int64)
+    single = matched.filter(~several)
+    reward_seqs = single.get_column("sequence_id").to_numpy().astype(np.int64)
+    lo_seq = min(int(seqs.min()), int(reward_seqs.min()) if len(reward_seqs) else 0)
+    hi_seq = max(int(seqs.max()), int(reward_seqs.max()) if len(reward_seqs) else 0)
+    span = hi_seq - lo_seq + 2
+    if single.height and span * (bounds.height + 1) < 2**62:
+        # One sorted key over (rollout rank, sequence id) for calls and rewards alike.
+        rank = np.repeat(bounds.get_column("rank").to_numpy().astype(np.int64),
+                         (bounds.get_column("hi") - bounds.get_column("lo") + 1).to_numpy())
+        call_key = rank * span + (seqs - lo_seq)
+        reward_key = (single.get_column("rank").to_numpy().astype(np.int64) * span
+                      + reward_seqs - lo_seq)
+        target = np.searchsorted(call_key, reward_key, side="left") - 1
+        ok = target >= single.get_column("lo").to_numpy().astype(np.int64)
+        assigned[target[ok]] = single.get_column("value").to_numpy()[ok]
+        loop = matched.filter(several)
+    else:
+        loop = matched
+    span_ids = calls.get_column("span_id").to_list() if loop.height else []
+    seq_list = seqs.tolist()
+    for lo, hi, r_seqs, r_vals in (loop.group_by("rollout_id", maintain_order=True)
+                                   .agg(pl.col("lo").first(), pl.col("hi").first(), "sequence_id", "value")
+                                   .select("lo", "hi", "sequence_id", "value").iter_rows()):
         taken: set[str] = set()
         for r_seq, r_val in sorted(zip(r_seqs, r_vals, strict=True), key=lambda x: x[0]):
             for i in range(hi, lo - 1, -1):
                 if span_ids[i] in taken:
                     continue
-                if seqs[i] < r_seq:
+                if seq_list[i] < r_seq:
                     taken.add(span_ids[i])
                     assigned[i] = r_val
                     break
@@ -119,8 +147,8 @@ def rewarded_calls(calls: pl.DataFrame, rewards: pl.DataFrame, attempts: pl.Data
     counts.rewards = rewards.height
 
     own = _match_rewards(usable, rewards)
-    counts.unmatched_rewards = rewards.height - sum(v is not None for v in own)
-    out = usable.with_columns(pl.Series("own_reward", own, dtype=pl.Float64))
+    counts.unmatched_rewards = rewards.height - int(np.count_nonzero(~np.isnan(own)))
+    out = usable.with_columns(pl.Series("own_reward", own, dtype=pl.Float64).fill_nan(None))
     out = out.with_columns(pl.col("own_reward").backward_fill().over("rollout_id").alias("reward"))
     out = out.with_columns(pl.int_range(pl.len()).over("rollout_id").alias("call_index"))
     result = out.filter(pl.col("reward").is_not_null())

@@ -60,6 +60,19 @@ def write_bytes_atomic(final: Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def write_buffer_atomic(final: Path, data: Any, rows: int | None = None) -> dict[str, Any]:
+    """Write bytes already in memory (bytes, memoryview, ``pa.Buffer``) to ``final`` atomically;
+    return its manifest file entry, hashed from memory instead of reading the file back."""
+    view = memoryview(data)
+    with atomic_path(final) as tmp, open(tmp, "wb") as fh:
+        fh.write(view)
+    entry: dict[str, Any] = {"path": final.name, "bytes": view.nbytes,
+                             "sha256": hashlib.sha256(view).hexdigest()}
+    if rows is not None:
+        entry["rows"] = rows
+    return entry
+
+
 def write_json_atomic(final: Path, obj: Any) -> None:
     write_bytes_atomic(final, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 

@@ -128,19 +128,49 @@ def test_unknown_collection_and_no_rows(wh, tmp_path):
 def test_a_failed_write_leaves_no_version(wh, monkeypatch):
     import transform.builder as builder
 
-    real = builder.write_parquet_atomic
+    real = builder.write_split
     calls = []
 
-    def failing(final, table, **kw):
+    def failing(final, frame, source):
         calls.append(final)
         if final.name == "validation.parquet":
             raise OSError("disk full")
-        return real(final, table, **kw)
+        return real(final, frame, source)
 
-    monkeypatch.setattr(builder, "write_parquet_atomic", failing)
+    monkeypatch.setattr(builder, "write_split", failing)
     before = catalog.dataset_versions(wh, "ds")
     with pytest.raises(OSError):
         transform(wh, TransformConfig(name="ds", val_fraction=0.2))
     assert len(calls) == 2
     assert catalog.dataset_versions(wh, "ds") == before
     assert sorted(p.name for p in wh.dataset_dir("ds").iterdir()) == sorted(f.name for f, _ in before)
+
+
+def test_content_hash_reads_values_not_parquet_bytes(version):
+    import pyarrow as pa
+
+    from transform.manifest import RowsDigest, content_hash, rows_digest
+
+    digests = []
+    for f in version.manifest["files"]:
+        table = pq.read_table(version.folder / f["path"])
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="snappy", use_dictionary=True, row_group_size=7)
+        reencoded = pq.read_table(pa.BufferReader(sink.getvalue()))
+        assert reencoded.column("input_ids").num_chunks > 1
+        assert rows_digest(reencoded) == rows_digest(table)
+        chunked = RowsDigest()
+        for start in range(0, table.num_rows, 5):
+            chunked.update(table.slice(start, 5))
+        assert chunked.hexdigest() == rows_digest(table)
+        digests.append({"split": f["split"], "rows": f["rows"], "digest": rows_digest(table)})
+    config = TransformConfig(name="ds", val_fraction=0.2, seed=4)
+    assert content_hash(config, version.manifest["sources"], digests) == version.manifest["content_hash"]
+    first = pq.read_table(version.folder / "train.parquet")
+    rewards = first.column("reward").to_pylist()
+    changed = first.set_column(3, "reward", pa.array([rewards[0] + 1.0] + rewards[1:]))
+    assert rows_digest(changed) != rows_digest(first)
+    ids = first.column("input_ids").to_pylist()
+    ids[0] = [ids[0][0] + 1] + ids[0][1:]
+    same_lengths = first.set_column(0, "input_ids", pa.array(ids, pa.list_(pa.int32())))
+    assert rows_digest(same_lengths) != rows_digest(first)
