@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from loop.config import ServerConfig
-from loop.errors import LoopError, LoopUsageError
-from serve.errors import ServerStartError
-from serve.process import ServerProcess, cpu_server_command, free_port, is_healthy
+from loop.errors import LoopUsageError
+from serve.process import ServerProcess, cpu_server_command, free_port, start_server
 
 #: The checkout root: the CPU server child imports ``serve`` from it even when tracebank is not installed.
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -102,52 +99,16 @@ def launch(
 ) -> ServerProcess:
     """Start the server for ``model`` and return it once ``/health`` answers.
 
-    Raises ServerStartError (with the last log line) when it exits or stays
-    unhealthy, LoopError when ``cancel`` is set meanwhile; on any error or
-    interrupt the process group is stopped first.
+    Raises ServerStartError (with the last log line) when it exits, stays
+    unhealthy or ``cancel`` is set meanwhile; on any error or interrupt the
+    process group is stopped first (serve.start_server does that).
     """
     model = check_model_dir(model)
     port = config.port or free_port(config.host)
-    cmd = server_command(model, port, config)
     root = f"http://{config.host}:{port}"
-    env = dict(os.environ)
+    env = {}
     if config.kind == "cpu":
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    if log_path is not None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") if log_path else open(os.devnull, "wb") as log:
-        try:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise ServerStartError(f"cannot run {cmd[0]}: {exc}") from exc
-    server = ServerProcess(proc, f"{root}/v1", f"{root}/health", log_path)
-    hint = f"see {log_path}" if log_path else None
-    try:
-        deadline = time.monotonic() + config.startup_timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                tail = server.log_tail(800).strip().splitlines()
-                raise ServerStartError(
-                    f"{config.kind} server exited with {proc.returncode} before it was healthy"
-                    + (f": {tail[-1]}" if tail else ""),
-                    hint,
-                )
-            if is_healthy(server.health_url):
-                return server
-            if cancel is not None and cancel.is_set():
-                raise LoopError("cancelled while the model server was starting")
-            time.sleep(0.25)
-        raise ServerStartError(
-            f"{config.kind} server not healthy at {server.health_url} after {config.startup_timeout_s:.0f}s",
-            hint,
-        )
-    except BaseException:
-        server.stop()
-        raise
+        paths = (str(REPO_ROOT), os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return start_server(server_command(model, port, config), f"{root}/v1", f"{root}/health", log_path,
+                        config.startup_timeout_s, env=env, cancel=cancel, label=f"{config.kind} server")

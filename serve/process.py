@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -93,34 +94,44 @@ class ServerProcess:
 
 
 def start_server(command: Sequence[str], base_url: str, health_url: str, log_path: Path | None = None,
-                 timeout: float = 120.0, env: dict[str, str] | None = None) -> ServerProcess:
+                 timeout: float = 120.0, env: dict[str, str] | None = None,
+                 cancel: threading.Event | None = None, label: str = "model server") -> ServerProcess:
     """Start ``command`` in its own process group and wait until ``health_url`` answers 200.
 
-    Raises ServerStartError (with the end of the log) if it exits or stays unhealthy.
+    Raises ServerStartError (with the last log line) if it exits, stays unhealthy or
+    ``cancel`` is set meanwhile. On any error or interrupt the process group is
+    stopped before the exception leaves, so no server outlives a failed start.
     """
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
     log: IO[bytes] | int = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
     try:
         proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+                                stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+                                start_new_session=True)
     except OSError as exc:
         raise ServerStartError(f"cannot run {command[0]}: {exc}") from exc
     finally:
         if not isinstance(log, int):
             log.close()
     server = ServerProcess(proc, base_url, health_url, log_path)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = server.log_tail(600).strip().splitlines()
-            raise ServerStartError(f"model server exited with {proc.returncode} before it was healthy"
-                                   + (f": {tail[-1]}" if tail else ""),
-                                   f"see {log_path}" if log_path else None)
-        if is_healthy(health_url):
-            return server
-        time.sleep(0.2)
-    server.stop()
-    raise ServerStartError(f"model server not healthy at {health_url} after {timeout:.0f}s",
-                           f"see {log_path}" if log_path else None)
+    hint = f"see {log_path}" if log_path else None
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = server.log_tail(800).strip().splitlines()
+                raise ServerStartError(f"{label} exited with {proc.returncode} before it was healthy"
+                                       + (f": {tail[-1]}" if tail else ""), hint)
+            if is_healthy(health_url):
+                return server
+            if cancel is not None and cancel.is_set():
+                raise ServerStartError(f"cancelled while the {label} was starting")
+            time.sleep(0.2)
+        raise ServerStartError(f"{label} not healthy at {health_url} after {timeout:.0f}s", hint)
+    except BaseException:
+        server.stop()
+        raise
 
 
 def start_cpu_server(model: str | Path, port: int | None = None, host: str = "127.0.0.1",
