@@ -22,8 +22,11 @@ still parses after redaction.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +88,42 @@ def _needs_scrub(low: str) -> bool:
     return False
 
 
+def _pattern_starts(low: str) -> Iterator[int]:
+    """Every position where :func:`_needs_scrub` would see a credential pattern begin."""
+    i = low.find("sk-")
+    while i != -1:
+        yield i
+        i = low.find("sk-", i + 1)
+    for scheme in ("bearer", "basic"):
+        i = low.find(scheme)
+        while i != -1:
+            nxt = i + len(scheme)
+            if nxt < len(low) and low[nxt].isspace():
+                yield i
+            i = low.find(scheme, nxt)
+    for word in _PAIR_WORDS:
+        i = low.find(word)
+        while i != -1:
+            if _PAIR_TAIL.match(low, i + len(word)):
+                yield i
+            i = low.find(word, i + 1)
+
+
+def _strings_to_scrub(keys: list[str], lows: list[str]) -> Collection[str]:
+    """The keys whose (lower-cased) strings may hold a credential pattern, from one pass over
+    all of them joined by newlines. Each pattern found in one string is found at the same place
+    in the joined text (none of them needs the end of its string), so every string that
+    :func:`_needs_scrub` flags is among those returned; :meth:`Redactor.scrub_text` checks each
+    again and leaves a false alarm (a pattern across two strings) unchanged."""
+    joined = "\n".join(lows)
+    if not _maybe_secret(joined):
+        return ()
+    if len(lows) == 1:
+        return keys if _needs_scrub(joined) else ()
+    ends = list(itertools.accumulate(len(low) + 1 for low in lows))  # one past each newline
+    return {keys[bisect.bisect_right(ends, i)] for i in _pattern_starts(joined)}
+
+
 @functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
     """Whether an attribute key names a credential (``llm.api_key`` yes, ``prompt_token_ids`` no)."""
@@ -129,14 +168,31 @@ class Redactor:
         """An attribute dict with every value redacted."""
         if not attrs:
             return attrs
-        # One substring scan over all of a span's strings decides whether any of them needs the
-        # regexes; most spans (HTTP, rewards, token lists) need none.
-        strings = [v for v in attrs.values() if isinstance(v, str)]
-        maybe = _maybe_secret("\n".join(strings).lower()) if strings else False
+        # One scan over all of a mapping's strings, joined, finds which of them may need the
+        # regexes; most spans (HTTP, rewards, token lists) have none, and a LiteLLM span has
+        # one or two among a dozen. Secret-keyed values are replaced whole, so not scanned.
+        keys: list[str] = []
+        lows: list[str] = []
+        walk = False  # a secret key or a nested value: the values need the loop below
+        for key, value in attrs.items():
+            if is_secret_key(key):
+                walk = True
+            elif isinstance(value, str):
+                keys.append(key)
+                lows.append(value.lower())
+            elif not (value is None or isinstance(value, int | float)):
+                walk = True
+        scrub = _strings_to_scrub(keys, lows) if keys else ()
+        if not walk and not scrub:
+            return attrs  # nothing in it to redact
         out: dict[str, Any] = {}
         for key, value in attrs.items():
-            if isinstance(value, str) and not maybe and not is_secret_key(key):
-                out[key] = value
+            if is_secret_key(key):
+                out[key] = self.value(key, value)
+            elif isinstance(value, str):
+                out[key] = self.scrub_text(value) if key in scrub else value
+            elif value is None or isinstance(value, int | float):
+                out[key] = value  # what value() returns for them, without the call
             else:
                 out[key] = self.value(key, value)
         return out

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from collect import fastjson
 from collect.config import CollectConfig
 from collect.errors import (
     CollectUsageError,
@@ -30,6 +31,7 @@ T = TypeVar("T")
 HEALTH_PATH = "/v1/agl/health"
 SPANS_SEARCH_PATH = "/v1/agl/spans/search"
 _EVICTED = re.compile(r"(?i)evicted|expired")
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def check_url(url: str) -> str:
@@ -57,6 +59,7 @@ class StoreSource:
         self.url = url
         self.config = config
         self._owns_store = url is not None
+        self._http: Any = None  # aiohttp.ClientSession of the span queries, opened on first use
 
     @classmethod
     async def open(cls, source: Any, config: CollectConfig) -> StoreSource:
@@ -82,6 +85,8 @@ class StoreSource:
         return cls(source, "in-process", config)
 
     async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
         if self._owns_store:
             await self.store.close()
 
@@ -114,23 +119,40 @@ class StoreSource:
         return await self._with_retries(lambda: self.store.get_latest_attempt(rollout_id),
                                         "get_latest_attempt")
 
-    async def spans(self, rollout_id: str, attempt_id: str) -> list[dict[str, Any]]:
-        """Span dicts of one attempt in sequence order; SpansEvictedError when the store dropped them."""
-        raw_request = getattr(self.store, "_request_json", None) if self.url is not None else None
-        if raw_request is not None:
+    async def spans(self, rollout_id: str, attempt_id: str) -> tuple[list[dict[str, Any]], bool]:
+        """Span dicts of one attempt in sequence order, and whether they are plain JSON values
+        (see :func:`collect.fastjson.loads`); SpansEvictedError when the store dropped them."""
+        if self.url is not None:
             # The client's query_spans validates every item into a Span, and the archive needs
-            # dicts again: take the server's JSON items as they are (exactly what the client
-            # would validate), through the client's own session and timeouts.
-            payload = {"rollout_id": rollout_id, "attempt_id": attempt_id, "limit": -1, "offset": 0,
-                       "filter_logic": "and", "sort_by": "sequence_id", "sort_order": "asc"}
-            data = await self._with_retries(
-                lambda: raw_request("post", "/spans/search", json=payload),
-                "query_spans", rollout_id=rollout_id, attempt_id=attempt_id)
-            return list(data["items"])
+            # dicts again: post the very request it sends and take the server's JSON items as
+            # they are (exactly what the client would validate), parsed from the raw bytes.
+            body = fastjson.dumps({"rollout_id": rollout_id, "attempt_id": attempt_id, "limit": -1,
+                                   "offset": 0, "filter_logic": "and", "sort_by": "sequence_id",
+                                   "sort_order": "asc"})
+            raw = await self._with_retries(lambda: self._post(SPANS_SEARCH_PATH, body),
+                                           "query_spans", rollout_id=rollout_id, attempt_id=attempt_id)
+            data, plain = fastjson.loads(raw)
+            return list(data["items"]), plain
         result = await self._with_retries(
             lambda: self.store.query_spans(rollout_id, attempt_id, sort_by="sequence_id"),
             "query_spans", rollout_id=rollout_id, attempt_id=attempt_id)
-        return [span.model_dump() for span in result.items]
+        return [span.model_dump() for span in result.items], False
+
+    async def _post(self, path: str, body: bytes) -> bytes:
+        """POST a JSON body to the store; the answer's raw bytes (ClientResponseError on >= 400)."""
+        import aiohttp
+
+        if self._http is None or self._http.closed:
+            # One session per run with the client's timeouts; a keep-alive connection per
+            # query in flight, as the client's own session would hold.
+            timeout = aiohttp.ClientTimeout(total=self.config.request_timeout_s,
+                                            connect=min(self.config.request_timeout_s, 10.0),
+                                            sock_connect=min(self.config.request_timeout_s, 10.0),
+                                            sock_read=self.config.request_timeout_s)
+            self._http = aiohttp.ClientSession(timeout=timeout)
+        async with self._http.post(f"{self.url}{path}", data=body, headers=_JSON_HEADERS) as resp:
+            resp.raise_for_status()
+            return await resp.read()
 
     # Retries ----------------------------------------------------------------------
 

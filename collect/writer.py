@@ -1,8 +1,8 @@
 """Turning fetched spans into Parquet files while fetching goes on.
 
-Spans are converted to Arrow in small batches as they arrive (cheap slices of
-work between store round trips) and written in files of ``rows_per_file`` on a
-worker thread, so the event loop keeps the store's queue full instead of
+Spans are taken apart into column lists as they arrive, converted to Arrow in
+batches (cheap slices of work between store round trips) and written in files
+of ``rows_per_file`` on a worker thread, so the event loop keeps the store's queue full instead of
 pausing for one big conversion at the end. Files go through the commit
 protocol; none is visible until the collection's manifest names it.
 """
@@ -10,52 +10,72 @@ protocol; none is visible until the collection's manifest names it.
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from collect import fastjson
 from warehouse import bronze, schemas
 from warehouse.commit import write_parquet_atomic
 
 BATCH_ROWS = 2048
 
 _SPAN_JSON = frozenset(bronze.JSON_SPAN_FIELDS)
-# bronze.to_json's exact settings, built once: json.dumps would build an encoder per call,
-# and per span there are seven of them.
-_encode = json.JSONEncoder(sort_keys=True, default=str, allow_nan=True).encode
 
 
-def _json(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not value and isinstance(value, list | dict):
-        return "[]" if isinstance(value, list) else "{}"  # most events / links: no encoder call
-    return _encode(value)
+class _Columns:
+    """Span rows as one Python list per column of ``schemas.SPANS``.
+
+    Each attempt's spans are taken apart as they arrive: JSON fields become text at once
+    and the span dicts are dropped, so between conversions the writer holds only strings
+    and numbers, which the garbage collector never scans (thousands of live span dicts
+    made every young-generation collection walk them all).
+    """
+
+    def __init__(self) -> None:
+        self.lists: list[list[Any]] = [[] for _ in schemas.SPANS]
+        self.rows = 0
+
+    def add(self, spans: list[dict[str, Any]], plain: bool) -> None:
+        encode = fastjson.encoder(plain)
+        for field, values in zip(schemas.SPANS, self.lists, strict=True):
+            name = field.name
+            if name == "collection_id":
+                continue  # filled in by table()
+            if name in _SPAN_JSON:
+                values.extend([encode(s.get(name)) for s in spans])
+            else:
+                values.extend([s.get(name) for s in spans])
+        self.rows += len(spans)
+
+    def table(self, collection_id: str) -> pa.Table:
+        """The rows taken so far as a table (and the lists emptied)."""
+        arrays = []
+        for field, values in zip(schemas.SPANS, self.lists, strict=True):
+            if field.name == "collection_id":
+                values = [collection_id] * self.rows
+            arrays.append(pa.array(values, type=field.type))
+        self.lists = [[] for _ in schemas.SPANS]
+        self.rows = 0
+        return pa.Table.from_arrays(arrays, schema=schemas.SPANS)
 
 
-def spans_arrow(spans: list[dict[str, Any]], collection_id: str) -> pa.Table:
-    """Exactly ``bronze.spans_table(spans, collection_id)``, built column by column.
+def spans_arrow(spans: list[dict[str, Any]], collection_id: str, plain: bool = False) -> pa.Table:
+    """``bronze.spans_table(spans, collection_id)``, built column by column.
 
     The generic builder costs ~60 us per span; collect converts every span of a store,
-    so this one works a column at a time with one reused JSON encoder (~15 us).
+    so this one works a column at a time with one reused JSON encoder. ``plain`` spans
+    (see :mod:`collect.fastjson`) get their JSON columns from orjson: the same values,
+    compact text; others get exactly ``bronze.to_json``'s text.
     """
-    columns = []
-    for field in schemas.SPANS:
-        name = field.name
-        if name == "collection_id":
-            values: list[Any] = [collection_id] * len(spans)
-        elif name in _SPAN_JSON:
-            values = [_json(s.get(name)) for s in spans]
-        else:
-            values = [s.get(name) for s in spans]
-        columns.append(pa.array(values, type=field.type))
-    return pa.Table.from_arrays(columns, schema=schemas.SPANS)
+    columns = _Columns()
+    columns.add(spans, plain)
+    return columns.table(collection_id)
 
 
 class SpanFileWriter:
-    """Accumulates span dicts; converts them in batches; writes ``spans-NNNN.parquet`` files."""
+    """Takes span dicts; converts them in batches; writes ``spans-NNNN.parquet`` files."""
 
     def __init__(self, folder: Path, collection_id: str, rows_per_file: int) -> None:
         self.folder = folder
@@ -63,29 +83,28 @@ class SpanFileWriter:
         self.rows_per_file = rows_per_file
         self.entries: list[dict[str, Any]] = []
         self.rows = 0
-        self._pending: list[dict[str, Any]] = []
+        self._pending = _Columns()
         self._tables: list[pa.Table] = []
         self._table_rows = 0
         self._index = 0
         self._writes: list[asyncio.Task[None]] = []
 
     def _convert_pending(self) -> None:
-        if self._pending:
-            table = spans_arrow(self._pending, self.collection_id)
-            self._pending = []
+        if self._pending.rows:
+            table = self._pending.table(self.collection_id)
             self._tables.append(table)
             self._table_rows += table.num_rows
 
-    async def add(self, spans: list[dict[str, Any]]) -> None:
-        """Take one attempt's spans; start writing a file once enough rows are waiting."""
-        self._pending.extend(spans)
+    def add(self, spans: list[dict[str, Any]], plain: bool = False) -> None:
+        """Take one attempt's spans (``plain``: see :mod:`collect.fastjson`); start writing a file
+        once enough rows are waiting."""
+        self._pending.add(spans, plain)
         self.rows += len(spans)
-        if self._table_rows + len(self._pending) >= self.rows_per_file:
+        if self._table_rows + self._pending.rows >= self.rows_per_file:
             self._convert_pending()
             self._start_write()
-        elif len(self._pending) >= BATCH_ROWS:
+        elif self._pending.rows >= BATCH_ROWS:
             self._convert_pending()
-        await asyncio.sleep(0)
 
     def _start_write(self) -> None:
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]

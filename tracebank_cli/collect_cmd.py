@@ -43,7 +43,7 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
               help="Each rollout's latest attempt, or all of its attempts.")
 @click.option("--tag", default=None, metavar="T", help="A name for this round, kept in the manifest.")
 @click.option("--no-redact", is_flag=True, help="Keep credentials found in span attributes.")
-@click.option("--concurrency", default=16, show_default=True, type=int, metavar="N",
+@click.option("--concurrency", default=8, show_default=True, type=int, metavar="N",
               help="Span queries in flight at once.")
 @click.option("--rows-per-file", default=100_000, show_default=True, type=int, metavar="N",
               help="Spans per Parquet file (bounds memory on large stores).")

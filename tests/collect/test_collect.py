@@ -304,3 +304,20 @@ def test_collect_creates_the_warehouse(filled, tmp_path: Path):
     wh = Warehouse(tmp_path / "new")
     assert collect(filled.url, wh, CollectConfig(mode="val")).committed
     assert wh.exists()
+
+
+def test_collect_leaves_the_garbage_collector_as_it_was(filled, wh, tmp_path):
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    assert collect(filled.url, wh, CollectConfig()).committed
+    assert gc.get_freeze_count() == 0  # what the run froze is unfrozen
+    kept = [object() for _ in range(10)]  # a caller that froze objects itself keeps them frozen
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert collect(filled.url, Warehouse(tmp_path / "wh2"), CollectConfig()).committed
+        assert gc.get_freeze_count() > frozen // 2  # (objects freed since leave the count)
+    finally:
+        gc.unfreeze()
+    assert kept

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import random
 
 import pytest
 
@@ -83,3 +84,25 @@ def test_span_attributes_events_and_resource_are_redacted_and_counted():
 def test_secret_word_inside_a_longer_key_of_an_embedded_dict():
     out = Redactor().scrub_text("{'secret_value': 'abc', 'n': 'x'}")
     assert out == "{'secret_value': '[REDACTED]', 'n': 'x'}"
+
+
+def _reference(r: Redactor, attrs: dict) -> dict:
+    """Redactor.value on every value: the rules without any of mapping()'s shortcuts."""
+    return {k: r.value(k, v) for k, v in attrs.items()}
+
+
+def test_mapping_shortcuts_change_nothing_the_rules_would_not():
+    # Values chosen to put patterns at string ends, across two joined strings, in non-ASCII
+    # text whose lower-casing changes its length, and under secret and ordinary keys.
+    rng = random.Random(3)
+    values = ["Bearer abcdefgh123", "ends with bearer", "basic", " abcdefghijk", "x sk-abcdefghijk y",
+              "'api_key': 'zz'", "token=abc", "auth", "orization: Bearer qwertyuiop", "İİİ bearer",
+              "xİ'token': 'v'", "ΣΑΣ sk-abcdefghijkl", "'secret'", ": 'x'", "ok\nBearer abcdefghijkl",
+              "plain", "", REDACTED, 3, 0, None, 1.5, True, [1, "Bearer qqqqqqqqqq"], {"password": "p"}]
+    keys = ["api_key", "token", "note", "prompt_token_ids", "authorization", "x", "msg", "n"]
+    for _ in range(3000):
+        attrs = {f"{rng.choice(keys)}{i}" if rng.random() < 0.5 else rng.choice(keys): rng.choice(values)
+                 for i in range(rng.randint(1, 6))}
+        fast, slow = Redactor(), Redactor()
+        assert fast.mapping(dict(attrs)) == _reference(slow, attrs), attrs
+        assert fast.count == slow.count, attrs
