@@ -6,42 +6,15 @@ Both clean up on any exit, Ctrl-C included.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
 from loop.errors import LoopError
-from serve.process import free_port
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/v1/agl/health", timeout=1) as resp:
-            return bool(resp.status == 200)
-    except (OSError, urllib.error.URLError):
-        return False
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+from serve.errors import ServerStartError
+from serve.process import free_port, start_server
 
 
 @contextmanager
@@ -51,44 +24,16 @@ def agl_store(
     """Run ``agl store --host HOST --port PORT`` (in memory) and yield its URL; stop it on exit."""
     port = port or free_port(host)
     agl = Path(sys.executable).with_name("agl")
-    cmd = [
-        str(agl) if agl.exists() else "agl",
-        "store",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--log-level",
-        "WARNING",
-    ]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise LoopError(f"cannot run `agl store`: {exc}", "is agentlightning installed?") from exc
+    cmd = [str(agl) if agl.exists() else "agl", "store", "--host", host, "--port", str(port),
+           "--log-level", "WARNING"]
     url = f"http://{host}:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while not _healthy(url):
-            if proc.poll() is not None:
-                raise LoopError(
-                    f"`agl store` exited with {proc.returncode} before it was healthy", f"see {log_path}"
-                )
-            if time.monotonic() > deadline:
-                raise LoopError(f"`agl store` not healthy at {url} after {timeout:.0f}s", f"see {log_path}")
-            time.sleep(0.2)
+        server = start_server(cmd, url, f"{url}/v1/agl/health", log_path, timeout,
+                              env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"}, label="`agl store`")
+    except ServerStartError as exc:
+        raise LoopError(exc.message, exc.hint or "is agentlightning installed?") from exc
+    with server:
         yield url
-    finally:
-        _stop(proc)
 
 
 @contextmanager
