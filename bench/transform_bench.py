@@ -48,7 +48,7 @@ def rss_mib():
 '''
 
 ORACLE = _DIGEST + '''
-import json, logging, random, sys, time
+import json, logging, sys, time
 import pyarrow.parquet as pq
 import agentlightning as agl
 from datasets import Dataset
@@ -56,6 +56,7 @@ from warehouse.bronze import span_dict_from_row
 from warehouse.layout import Warehouse
 from warehouse import catalog
 from warehouse.commit import committed_files
+from tests.transform.oracle import oracle_rows
 logging.getLogger("agentlightning").setLevel(logging.ERROR)
 wh = Warehouse.resolve(sys.argv[1])
 base = rss_mib()
@@ -77,26 +78,8 @@ for r in rows:
         by_rollout.setdefault(r["rollout_id"], []).append(agl.Span.model_validate(span_dict_from_row(r)))
 t1 = time.perf_counter()
 c1 = time.process_time()
-random.seed(0)
-all_triplets = []
-data_adapter = agl.LlmProxyTraceToTriplet()
-tokens = 0
-for rollout_id in sorted(by_rollout):
-    triplets = data_adapter.adapt(by_rollout[rollout_id])
-    recent_reward = None
-    for triplet in reversed(triplets):
-        if triplet.reward is not None:
-            recent_reward = triplet.reward
-        if recent_reward is None:
-            continue
-        input_ids = triplet.prompt["token_ids"] + triplet.response["token_ids"]
-        labels = [-100] * len(triplet.prompt["token_ids"]) + triplet.response["token_ids"]
-        all_triplets.append({"input_ids": input_ids, "attention_mask": [1] * len(input_ids),
-                             "labels": labels, "reward": recent_reward})
-random.shuffle(all_triplets)
-all_triplets.sort(key=lambda x: x["reward"], reverse=True)
-sliced_triplets = all_triplets[: max(1, int(len(all_triplets) * 1.0))]
-random.shuffle(sliced_triplets)
+# The recipe's data step, as the transform tests' oracle runs it.
+sliced_triplets = oracle_rows(by_rollout, triplet_fraction=1.0, seed=0)
 sft_dataset = Dataset.from_list(sliced_triplets)
 t2 = time.perf_counter()
 c2 = time.process_time()
