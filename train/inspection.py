@@ -62,7 +62,8 @@ def histogram(
         for i, count in enumerate(counts):
             a, b = lo + i * step, lo + (i + 1) * step
             if integer:
-                labelled.append((f"{math.ceil(a)}-{math.floor(b) if i < bins - 1 else int(hi)}", count))
+                # bin i holds a <= v < b, so its last integer is ceil(b) - 1
+                labelled.append((f"{math.ceil(a)}-{math.ceil(b) - 1 if i < bins - 1 else int(hi)}", count))
             else:
                 labelled.append((f"{a:.3g} to {b:.3g}", count))
     top = max(c for _, c in labelled)
