@@ -63,6 +63,19 @@ def test_long_digit_runs_inside_strings_only_cost_the_fast_path():
 def test_spans_arrow_plain_and_exact_hold_the_same_spans():
     rng = random.Random(7)
     spans = [s.model_dump() for s in random_rollout_spans("ro-1", "at-1", rng, n_calls=3, reward=0.5)]
+    # The fixture's ids are random hex, which now and then holds a run of 19+ digits and so
+    # (rightly) takes the exact path; this test is about the plain path, so fix the ids.
+    ids = {s[k]: f"id-{i}-{k}" for i, s in enumerate(spans) for k in ("trace_id", "span_id")}
+    for s in spans:
+        for k in ("trace_id", "span_id", "parent_id"):
+            s[k] = ids.get(s[k], s[k])
+        for k in ("context", "parent"):
+            if s.get(k):
+                s[k] = {**s[k], "trace_id": ids.get(s[k]["trace_id"], s[k]["trace_id"]),
+                        "span_id": ids.get(s[k]["span_id"], s[k]["span_id"])}
+        for key in [k for k, v in s["attributes"].items() if k == "gen_ai.response.id" or
+                    k == "llm.hosted_vllm.id"]:
+            s["attributes"][key] = f"chatcmpl-resp-{s['sequence_id']}"
     spans[1]["attributes"]["unicode"] = "naïve ünïcode ✓"
     plain_spans, plain = fastjson.loads(json.dumps(spans).encode())
     assert plain
