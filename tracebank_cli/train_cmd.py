@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -9,6 +10,10 @@ from typing import Any
 import click
 
 from tracebank_cli.output import render
+from train.config import TrainConfig
+
+#: The CLI's defaults are TrainConfig's (it imports nothing heavy), so they are written once.
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 def _fmt_loss(value: Any) -> str:
@@ -96,19 +101,19 @@ def _summary_line(record: Any) -> str:
     help="merged_16bit: full weights for vLLM; lora: adapter only (vllm --enable-lora).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --output folder.")
-@click.option("--epochs", type=float, default=1.0, show_default=True)
+@click.option("--epochs", type=float, default=_DEFAULTS["epochs"], show_default=True)
 @click.option(
     "--max-steps", type=int, default=None, help="Stop after N optimizer steps (overrides --epochs)."
 )
-@click.option("--lr", "learning_rate", type=float, default=2e-4, show_default=True)
-@click.option("--batch-size", type=int, default=2, show_default=True)
-@click.option("--grad-accum", type=int, default=4, show_default=True)
-@click.option("--warmup-steps", type=int, default=5, show_default=True)
-@click.option("--lr-scheduler", default="linear", show_default=True)
-@click.option("--weight-decay", type=float, default=0.0, show_default=True)
-@click.option("--lora-r", type=int, default=32, show_default=True)
-@click.option("--lora-alpha", type=int, default=32, show_default=True)
-@click.option("--lora-dropout", type=float, default=0.0, show_default=True)
+@click.option("--lr", "learning_rate", type=float, default=_DEFAULTS["learning_rate"], show_default=True)
+@click.option("--batch-size", type=int, default=_DEFAULTS["batch_size"], show_default=True)
+@click.option("--grad-accum", type=int, default=_DEFAULTS["grad_accum"], show_default=True)
+@click.option("--warmup-steps", type=int, default=_DEFAULTS["warmup_steps"], show_default=True)
+@click.option("--lr-scheduler", default=_DEFAULTS["lr_scheduler"], show_default=True)
+@click.option("--weight-decay", type=float, default=_DEFAULTS["weight_decay"], show_default=True)
+@click.option("--lora-r", type=int, default=_DEFAULTS["lora_r"], show_default=True)
+@click.option("--lora-alpha", type=int, default=_DEFAULTS["lora_alpha"], show_default=True)
+@click.option("--lora-dropout", type=float, default=_DEFAULTS["lora_dropout"], show_default=True)
 @click.option(
     "--target-modules",
     default=None,
@@ -135,11 +140,11 @@ def _summary_line(record: Any) -> str:
     show_default=True,
     help="Evaluations without improvement before stopping (0: never).",
 )
-@click.option("--logging-steps", type=int, default=1, show_default=True)
+@click.option("--logging-steps", type=int, default=_DEFAULTS["logging_steps"], show_default=True)
 @click.option(
     "--timeout", type=float, default=None, help="Seconds before training is stopped and recorded failed."
 )
-@click.option("--seed", type=int, default=3407, show_default=True)
+@click.option("--seed", type=int, default=_DEFAULTS["seed"], show_default=True)
 @click.option("--quiet", is_flag=True, help="Print only the summary line.")
 @click.pass_obj
 def train(wh, quiet: bool, target_modules: str | None, **options: Any) -> None:
