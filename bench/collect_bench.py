@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from collect.config import CollectConfig
+from tracebank.collect.config import CollectConfig
 
 N_ROLLOUTS = int(os.environ.get("TRACEBANK_BENCH_ROLLOUTS", "1500"))
 # (b) and (c) both use collect's default unless told otherwise.
@@ -126,9 +126,9 @@ def run() -> str:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import psutil
 
-    from collect import collect
+    from tracebank.collect import collect
     from tests.fixtures.store_server import agl_store_server
-    from warehouse.layout import Warehouse
+    from tracebank.warehouse.layout import Warehouse
 
     with tempfile.TemporaryDirectory() as tmp, agl_store_server(Path(tmp)) as (url, proc):
         server = psutil.Process(proc.pid)

@@ -52,9 +52,9 @@ def make_version(root: Path) -> tuple[Path, int]:
     import numpy as np
     import pyarrow as pa
 
-    from warehouse import schemas
-    from warehouse.commit import commit_manifest, write_parquet_atomic
-    from warehouse.layout import Warehouse
+    from tracebank.warehouse import schemas
+    from tracebank.warehouse.commit import commit_manifest, write_parquet_atomic
+    from tracebank.warehouse.layout import Warehouse
 
     rng = np.random.default_rng(0)
     lengths = np.clip(rng.normal(MEAN_TOKENS, MEAN_TOKENS / 4, ROWS).astype(np.int64), 16, 4 * MEAN_TOKENS)
@@ -93,7 +93,7 @@ def side(kind: str, parquet: str, cache: str) -> dict[str, float]:
     import datasets  # noqa: F401  (imports are not what is measured)
     import pyarrow.parquet as pq
 
-    from train.dataset import load_split
+    from tracebank.train.dataset import load_split
 
     datasets.disable_progress_bars()
     base = _status_mib()
@@ -124,7 +124,7 @@ def side(kind: str, parquet: str, cache: str) -> dict[str, float]:
 
 
 def _run_side(kind: str, parquet: Path, cache: Path) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ)
     proc = subprocess.run(
         [sys.executable, "-m", "bench.train_bench", kind, str(parquet), str(cache)],
         capture_output=True,

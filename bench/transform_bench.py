@@ -52,10 +52,10 @@ import json, logging, sys, time
 import pyarrow.parquet as pq
 import agentlightning as agl
 from datasets import Dataset
-from warehouse.bronze import span_dict_from_row
-from warehouse.layout import Warehouse
-from warehouse import catalog
-from warehouse.commit import committed_files
+from tracebank.warehouse.bronze import span_dict_from_row
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse import catalog
+from tracebank.warehouse.commit import committed_files
 from tests.transform.oracle import oracle_rows
 logging.getLogger("agentlightning").setLevel(logging.ERROR)
 wh = Warehouse.resolve(sys.argv[1])
@@ -93,8 +93,8 @@ print(json.dumps({"parse_s": t1 - t0, "adapt_s": t2 - t1, "adapt_cpu_s": c2 - c1
 COLD = _DIGEST + '''
 import json, sys, time
 import pyarrow.parquet as pq
-from transform import TransformConfig, transform
-from warehouse.layout import Warehouse
+from tracebank.transform import TransformConfig, transform
+from tracebank.warehouse.layout import Warehouse
 wh = Warehouse.resolve(sys.argv[1])
 base = rss_mib()
 t0, c0 = time.perf_counter(), time.process_time()
@@ -110,8 +110,8 @@ print(json.dumps({"cold_s": cold_s, "cold_cpu_s": cold_cpu_s,
 
 WARM = _DIGEST + '''
 import json, sys, time
-from transform import TransformConfig, transform
-from warehouse.layout import Warehouse
+from tracebank.transform import TransformConfig, transform
+from tracebank.warehouse.layout import Warehouse
 wh = Warehouse.resolve(sys.argv[1])
 base = rss_mib()
 times, cpu, hashes = [], [], set()
@@ -131,7 +131,7 @@ GOAL = 50.0
 
 
 def _child(code: str, warehouse: Path, *args: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     out = subprocess.run([sys.executable, "-c", code, str(warehouse), *args], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -143,7 +143,7 @@ def _child(code: str, warehouse: Path, *args: str) -> dict:
 def build_collection(root: Path, n_rollouts: int = N_ROLLOUTS) -> tuple[int, float]:
     """Commit the synthetic collection; return (spans, seconds)."""
     from tests.fixtures.bronze import commit_collection, synthetic_rollouts
-    from warehouse.layout import Warehouse
+    from tracebank.warehouse.layout import Warehouse
 
     start = time.perf_counter()
     wh = Warehouse(root).init()

@@ -1,8 +1,8 @@
 """collect: copy rollouts, attempts and spans from an Agent Lightning store into the warehouse."""
 
-from collect.collector import CollectResult, collect, collect_async
-from collect.config import CollectConfig, parse_since
-from collect.errors import CollectError, StoreRequestError, StoreUnreachableError
+from tracebank.collect.collector import CollectResult, collect, collect_async
+from tracebank.collect.config import CollectConfig, parse_since
+from tracebank.collect.errors import CollectError, StoreRequestError, StoreUnreachableError
 
 __all__ = [
     "CollectConfig",

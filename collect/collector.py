@@ -25,15 +25,15 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from collect.config import CollectConfig
-from collect.errors import SpansEvictedError
-from collect.redact import Redactor
-from collect.source import StoreSource
-from collect.writer import SpanFileWriter, write_table
-from warehouse import bronze, catalog
-from warehouse.commit import check_sizes, commit_manifest, committed_files
-from warehouse.errors import CorruptFileError
-from warehouse.layout import Warehouse
+from tracebank.collect.config import CollectConfig
+from tracebank.collect.errors import SpansEvictedError
+from tracebank.collect.redact import Redactor
+from tracebank.collect.source import StoreSource
+from tracebank.collect.writer import SpanFileWriter, write_table
+from tracebank.warehouse import bronze, catalog
+from tracebank.warehouse.commit import check_sizes, commit_manifest, committed_files
+from tracebank.warehouse.errors import CorruptFileError
+from tracebank.warehouse.layout import Warehouse
 
 LLM_SPAN_NAMES = frozenset({"raw_gen_ai_request", "litellm_request"})
 

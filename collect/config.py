@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from collect.errors import CollectUsageError
+from tracebank.collect.errors import CollectUsageError
 
 ROLLOUT_STATUSES = ("queuing", "preparing", "running", "failed", "succeeded", "cancelled", "requeuing")
 MODES = ("train", "val", "test")

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from collect import fastjson
-from collect.config import CollectConfig
-from collect.errors import (
+from tracebank.collect import fastjson
+from tracebank.collect.config import CollectConfig
+from tracebank.collect.errors import (
     CollectUsageError,
     SpansEvictedError,
     StoreRequestError,

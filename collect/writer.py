@@ -15,9 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from collect import fastjson
-from warehouse import bronze, schemas
-from warehouse.commit import write_parquet_atomic
+from tracebank.collect import fastjson
+from tracebank.warehouse import bronze, schemas
+from tracebank.warehouse.commit import write_parquet_atomic
 
 BATCH_ROWS = 2048
 

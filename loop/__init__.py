@@ -13,11 +13,11 @@ from typing import Any
 # time and stalls for seconds without a network; the bundled copy is enough.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from loop.config import AlgorithmConfig, DemoConfig, RoundConfig, ServerConfig, StagesConfig
-from loop.demo import DemoResult, run_demo
-from loop.errors import LoopError, LoopUsageError, NoSucceededRolloutsError, RoundTimeoutError
-from loop.round import RoundResult, load_tasks, next_model_path, run_round, serve_round
-from loop.runners import LocalRunners, load_agent
+from tracebank.loop.config import AlgorithmConfig, DemoConfig, RoundConfig, ServerConfig, StagesConfig
+from tracebank.loop.demo import DemoResult, run_demo
+from tracebank.loop.errors import LoopError, LoopUsageError, NoSucceededRolloutsError, RoundTimeoutError
+from tracebank.loop.round import RoundResult, load_tasks, next_model_path, run_round, serve_round
+from tracebank.loop.runners import LocalRunners, load_agent
 
 __all__ = [
     "AlgorithmConfig",
@@ -44,7 +44,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "WarehouseSupervisedFinetuning":
-        from loop import algorithm
+        from tracebank.loop import algorithm
 
         return algorithm.WarehouseSupervisedFinetuning
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,10 +26,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from loop.config import AlgorithmConfig
-from loop.errors import LoopUsageError
-from loop.round import OnEvent, RoundResult, next_model_path, serve_round
-from warehouse.layout import Warehouse
+from tracebank.loop.config import AlgorithmConfig
+from tracebank.loop.errors import LoopUsageError
+from tracebank.loop.round import OnEvent, RoundResult, next_model_path, serve_round
+from tracebank.warehouse.layout import Warehouse
 
 CLASS_NAMES = ("WarehouseSupervisedFinetuning",)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from loop.errors import LoopUsageError
+from tracebank.loop.errors import LoopUsageError
 
 SERVERS = ("vllm", "cpu")
 #: What a round chains after its rollouts, in order; each includes the ones before it.

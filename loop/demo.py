@@ -1,7 +1,7 @@
 """``tracebank demo``: the whole loop on one laptop, nothing external.
 
 A real ``agl store`` on loopback, a tiny model built locally, the CPU model
-server behind a real LLM proxy, the toy agent (:mod:`loop.toy_agent`) run by
+server behind a real LLM proxy, the toy agent (:mod:`tracebank.loop.toy_agent`) run by
 agentlightning's own runners under ``agl.Trainer`` with the warehouse-backed
 Algorithm (one iteration by default): serve, roll out, collect, transform,
 train on the CPU. Then a summary read back from the warehouse with SQL.
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loop.config import AlgorithmConfig, DemoConfig, RoundConfig, ServerConfig, StagesConfig
-from loop.local import agl_store
-from loop.round import OnEvent, RoundResult
-from warehouse.layout import Warehouse
+from tracebank.loop.config import AlgorithmConfig, DemoConfig, RoundConfig, ServerConfig, StagesConfig
+from tracebank.loop.local import agl_store
+from tracebank.loop.round import OnEvent, RoundResult
+from tracebank.warehouse.layout import Warehouse
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,7 +75,7 @@ def prepare_model(work_dir: Path, seed: int = 0) -> tuple[Path, bool]:
     found = latest_model(work_dir)
     if found is not None:
         return found.resolve(), False
-    from train.tiny_model import build_tiny_model
+    from tracebank.train.tiny_model import build_tiny_model
 
     return Path(
         build_tiny_model(work_dir / "version_0", seed=seed, initializer_range=TINY_INIT_RANGE)
@@ -115,10 +115,10 @@ def _train_with_agentlightning(
     """``agl.Trainer(algorithm=..., n_runners=N, llm_proxy=TracebankLLMProxy(...)).fit(agent, tasks)``."""
     import agentlightning as agl
 
-    from loop.algorithm import WarehouseSupervisedFinetuning
-    from loop.toy_agent import make_tasks, toy_agent
-    from serve.process import free_port
-    from serve.proxy import TracebankLLMProxy
+    from tracebank.loop.algorithm import WarehouseSupervisedFinetuning
+    from tracebank.loop.toy_agent import make_tasks, toy_agent
+    from tracebank.serve.process import free_port
+    from tracebank.serve.proxy import TracebankLLMProxy
 
     round_config = RoundConfig(
         server=ServerConfig(kind="cpu", default_max_tokens=16, threads=1),
@@ -164,7 +164,7 @@ def _train_with_agentlightning(
 
 
 def _scalar(wh: Warehouse, sql: str) -> Any:
-    from warehouse.query import run_sql
+    from tracebank.warehouse.query import run_sql
 
     return run_sql(wh, sql).to_pylist()[0]
 
@@ -193,7 +193,7 @@ def _counts(wh: Warehouse, collections: list[str]) -> dict[str, Any]:
 
 def example_queries(wh: Warehouse, result: DemoResult) -> list[tuple[str, str, pa.Table]]:
     """Three queries a user can rerun with ``tracebank sql``: rewards, one trajectory, the loss curve."""
-    from warehouse.query import run_sql
+    from tracebank.warehouse.query import run_sql
 
     last = result.rounds[-1] if result.rounds else None
     cid = last.collection.collection_id if last is not None and last.collection is not None else None

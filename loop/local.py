@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from loop.errors import LoopError
-from serve.errors import ServerStartError
-from serve.process import free_port, start_server
+from tracebank.loop.errors import LoopError
+from tracebank.serve.errors import ServerStartError
+from tracebank.serve.process import free_port, start_server
 
 
 @contextmanager

@@ -27,15 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loop.config import RoundConfig
-from loop.errors import LoopError, LoopUsageError, NoSucceededRolloutsError, RoundTimeoutError
-from loop.servers import check_model_dir, launch, served_name
-from warehouse.layout import Warehouse
+from tracebank.loop.config import RoundConfig
+from tracebank.loop.errors import LoopError, LoopUsageError, NoSucceededRolloutsError, RoundTimeoutError
+from tracebank.loop.servers import check_model_dir, launch, served_name
+from tracebank.warehouse.layout import Warehouse
 
 if TYPE_CHECKING:
-    from collect import CollectResult
-    from train import RunRecord
-    from transform import TransformResult
+    from tracebank.collect import CollectResult
+    from tracebank.train import RunRecord
+    from tracebank.transform import TransformResult
 
 OnEvent = Callable[[dict[str, Any]], None]
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -139,7 +139,7 @@ async def _blocking(
 
 def _check_proxy(proxy: Any) -> None:
     """Refuse a stock LLMProxy where it would silently lose every span (otel >= 1.44)."""
-    from serve.proxy import TracebankLLMProxy, otlp_exporter_binds_endpoint_at_init
+    from tracebank.serve.proxy import TracebankLLMProxy, otlp_exporter_binds_endpoint_at_init
 
     if not isinstance(proxy, TracebankLLMProxy) and otlp_exporter_binds_endpoint_at_init():
         raise LoopUsageError(
@@ -256,8 +256,8 @@ async def serve_round(
     (``next_model_path(model)`` when None). Raises TracebankErrors; the server is stopped
     whatever happens.
     """
-    from serve.config import ProxyConfig
-    from serve.proxy import model_list, start_llm_proxy
+    from tracebank.serve.config import ProxyConfig
+    from tracebank.serve.proxy import model_list, start_llm_proxy
 
     emit: OnEvent = on_event or (lambda event: None)
     config = config.validate()
@@ -366,7 +366,7 @@ async def _chain(
     emit: OnEvent,
 ) -> None:
     """collect -> transform -> train, as far as ``config.stages.then`` asks."""
-    from collect import CollectConfig, collect_async
+    from tracebank.collect import CollectConfig, collect_async
 
     stages = config.stages
     if not result.statuses.get("succeeded"):
@@ -401,7 +401,7 @@ async def _chain(
             "the round's rollouts were already collected, so there is nothing new to transform",
             "run `tracebank transform` on the existing collection instead",
         )
-    from transform import TransformConfig, transform
+    from tracebank.transform import TransformConfig, transform
 
     t = time.perf_counter()
     assert result.collection.collection_id is not None
@@ -418,7 +418,7 @@ async def _chain(
     emit({"event": "transformed", "summary": result.dataset.summary(), "dataset": str(result.dataset.ref)})
     if not stages.includes("train"):
         return
-    from train import TrainConfig, train
+    from tracebank.train import TrainConfig, train
 
     t = time.perf_counter()
     output = Path(output_model) if output_model is not None else next_model_path(result.model)
@@ -465,13 +465,13 @@ def run_round(
     The agent runs in agentlightning runners connected to the same store (your
     own, as in the recipe's ``sft_rollout_runners.py``, or :class:`loop.runners.LocalRunners`).
     """
-    from collect.source import check_url
+    from tracebank.collect.source import check_url
 
     url = check_url(store_url)
     config = (config or RoundConfig()).validate()
     model = check_model_dir(Path(model))
     if config.server.kind == "vllm":
-        from loop.servers import vllm_executable
+        from tracebank.loop.servers import vllm_executable
 
         vllm_executable()  # before anything starts: a machine without vLLM fails in a second
 

@@ -16,7 +16,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
-from loop.errors import LoopUsageError
+from tracebank.loop.errors import LoopUsageError
 
 
 def load_agent(spec: str) -> Any:

@@ -14,12 +14,11 @@ import sys
 import threading
 from pathlib import Path
 
-from loop.config import ServerConfig
-from loop.errors import LoopUsageError
-from serve.process import ServerProcess, cpu_server_command, free_port, start_server
+from tracebank.loop.config import ServerConfig
+from tracebank.loop.errors import LoopUsageError
+from tracebank.serve.process import ServerProcess, cpu_server_command, free_port, start_server
 
 #: The checkout root: the CPU server child imports ``serve`` from it even when tracebank is not installed.
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def served_name(model: Path, config: ServerConfig) -> str:
@@ -106,9 +105,5 @@ def launch(
     model = check_model_dir(model)
     port = config.port or free_port(config.host)
     root = f"http://{config.host}:{port}"
-    env = {}
-    if config.kind == "cpu":
-        paths = (str(REPO_ROOT), os.environ.get("PYTHONPATH", ""))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return start_server(server_command(model, port, config), f"{root}/v1", f"{root}/health", log_path,
-                        config.startup_timeout_s, env=env, cancel=cancel, label=f"{config.kind} server")
+                        config.startup_timeout_s, cancel=cancel, label=f"{config.kind} server")

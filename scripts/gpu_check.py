@@ -93,9 +93,9 @@ def memorise(work: Path, backend: str) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tests.fixtures.datasets import QA_PAIRS, SYSTEM, load_tokenizer, qa_rows, write_dataset
-    from train import TrainConfig, train
-    from train.tiny_model import build_tiny_model
-    from warehouse.layout import Warehouse
+    from tracebank.train import TrainConfig, train
+    from tracebank.train.tiny_model import build_tiny_model
+    from tracebank.warehouse.layout import Warehouse
 
     model_dir = work / "tiny"
     if not model_dir.exists():
@@ -157,9 +157,9 @@ def throughput(work: Path, rows: int, length: int, hidden: int, layers: int, ste
     import numpy as np
 
     from tests.fixtures.datasets import write_dataset
-    from train import TrainConfig, train
-    from train.tiny_model import build_tiny_model
-    from warehouse.layout import Warehouse
+    from tracebank.train import TrainConfig, train
+    from tracebank.train.tiny_model import build_tiny_model
+    from tracebank.warehouse.layout import Warehouse
 
     model_dir = build_tiny_model(
         work / f"model-{hidden}x{layers}", seed=0, hidden_size=hidden, num_layers=layers

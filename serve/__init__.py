@@ -5,10 +5,10 @@ functions that need them, so importing this package is cheap. The LLMProxy
 subclass is ``serve.proxy.TracebankLLMProxy`` (built on first access).
 """
 
-from serve.config import CpuServerConfig, ProxyConfig
-from serve.errors import ModelLoadError, ProxyError, ServeError, ServerStartError, ServeUsageError
-from serve.process import ServerProcess, cpu_server_command, free_port, start_cpu_server, start_server
-from serve.proxy import (
+from tracebank.serve.config import CpuServerConfig, ProxyConfig
+from tracebank.serve.errors import ModelLoadError, ProxyError, ServeError, ServerStartError, ServeUsageError
+from tracebank.serve.process import ServerProcess, cpu_server_command, free_port, start_cpu_server, start_server
+from tracebank.serve.proxy import (
     generate_api_key,
     make_llm_proxy,
     model_list,

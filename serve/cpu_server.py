@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serve.config import CpuServerConfig
-from serve.errors import ModelLoadError, ServeUsageError
+from tracebank.serve.config import CpuServerConfig
+from tracebank.serve.errors import ModelLoadError, ServeUsageError
 
 
 class RequestError(Exception):
@@ -497,7 +497,7 @@ def serve(config: CpuServerConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from warehouse.errors import TracebankError
+    from tracebank.warehouse.errors import TracebankError
 
     try:
         serve(parse_args(argv))

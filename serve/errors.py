@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warehouse.errors import TracebankError, UsageError
+from tracebank.warehouse.errors import TracebankError, UsageError
 
 
 class ServeError(TracebankError):

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from serve.errors import ServerStartError
+from tracebank.serve.errors import ServerStartError
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -44,7 +44,7 @@ def cpu_server_command(model: str | Path, port: int, host: str = "127.0.0.1",
                        served_model_name: str | None = None, max_model_len: int | None = None,
                        default_max_tokens: int | None = None, threads: int | None = None) -> list[str]:
     """The command line that serves ``model`` with the CPU server, like ``vllm serve`` would."""
-    cmd = [sys.executable, "-m", "serve.cpu_server", "--model", str(model), "--host", host,
+    cmd = [sys.executable, "-P", "-m", "tracebank.serve.cpu_server", "--model", str(model), "--host", host,
            "--port", str(port)]
     if served_model_name:
         cmd += ["--served-model-name", served_model_name]
@@ -138,13 +138,9 @@ def start_cpu_server(model: str | Path, port: int | None = None, host: str = "12
                      served_model_name: str | None = None, max_model_len: int | None = None,
                      default_max_tokens: int | None = None, log_path: Path | None = None,
                      timeout: float = 120.0, threads: int | None = None) -> ServerProcess:
-    """Serve ``model`` with ``python -m serve.cpu_server`` on ``port`` (a free one when None)."""
+    """Serve ``model`` with ``python -m tracebank.serve.cpu_server`` on ``port`` (a free one when None)."""
     port = port or free_port(host)
     cmd = cpu_server_command(model, port, host, served_model_name, max_model_len, default_max_tokens,
                              threads)
     root = f"http://{host}:{port}"
-    # The child imports `serve` from this checkout even when tracebank is not installed.
-    repo = str(Path(__file__).resolve().parents[1])
-    pythonpath = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)
-    return start_server(cmd, f"{root}/v1", f"{root}/health", log_path, timeout,
-                        env={"PYTHONPATH": pythonpath})
+    return start_server(cmd, f"{root}/v1", f"{root}/health", log_path, timeout)

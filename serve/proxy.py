@@ -53,9 +53,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from serve.config import ProxyConfig
-from serve.errors import ProxyError
-from serve.process import free_port
+from tracebank.serve.config import ProxyConfig
+from tracebank.serve.errors import ProxyError
+from tracebank.serve.process import free_port
 
 #: Where LiteLLM answers health probes without a key (``/health`` needs one and calls the backend).
 LIVELINESS_PATH = "/health/liveliness"

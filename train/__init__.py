@@ -5,12 +5,12 @@ CUDA when it is installed, TRL + PEFT everywhere else) in a child process, and r
 the run under ``warehouse/runs/<run_id>/``. `inspect_dataset` shows what a row trains on.
 """
 
-from train.config import TrainConfig
-from train.errors import TrainConfigError, TrainError
-from train.inspection import inspect_dataset
-from train.record import RunRecord
-from train.runner import train
-from train.runs import run_details, runs_table
+from tracebank.train.config import TrainConfig
+from tracebank.train.errors import TrainConfigError, TrainError
+from tracebank.train.inspection import inspect_dataset
+from tracebank.train.record import RunRecord
+from tracebank.train.runner import train
+from tracebank.train.runs import run_details, runs_table
 
 __all__ = [
     "RunRecord",

@@ -30,8 +30,8 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     emit({"event": "started", "pid": os.getpid()})
 
-    from train.errors import TrainError
-    from train.recipe import SFTRecipe
+    from tracebank.train.errors import TrainError
+    from tracebank.train.recipe import SFTRecipe
 
     recipe = SFTRecipe(spec, emit)
     try:

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from train.errors import TrainConfigError
+from tracebank.train.errors import TrainConfigError
 
 QWEN_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BACKENDS = ("auto", "unsloth", "trl")

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from train.errors import TrainError
-from warehouse import catalog
-from warehouse.catalog import DatasetRef
-from warehouse.commit import verify_hashes
-from warehouse.layout import Warehouse
+from tracebank.train.errors import TrainError
+from tracebank.warehouse import catalog
+from tracebank.warehouse.catalog import DatasetRef
+from tracebank.warehouse.commit import verify_hashes
+from tracebank.warehouse.layout import Warehouse
 
 MODEL_COLUMNS = ["input_ids", "attention_mask", "labels"]
 IGNORE_INDEX = -100

@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from train.dataset import IGNORE_INDEX, open_version
-from train.errors import TrainError
-from warehouse.commit import check_sizes
-from warehouse.layout import Warehouse
+from tracebank.train.dataset import IGNORE_INDEX, open_version
+from tracebank.train.errors import TrainError
+from tracebank.warehouse.commit import check_sizes
+from tracebank.warehouse.layout import Warehouse
 
 DIM, BOLD_GREEN, RESET = "\x1b[2m", "\x1b[1;32m", "\x1b[0m"
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train.config import TrainConfig
-from train.dataset import DatasetVersion, SplitScan, scan_split
-from train.errors import TrainError
+from tracebank.train.config import TrainConfig
+from tracebank.train.dataset import DatasetVersion, SplitScan, scan_split
+from tracebank.train.errors import TrainError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 

@@ -14,11 +14,11 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from train import preflight
-from train.collate import PadCollator
-from train.config import Environment, Resolved, TrainConfig
-from train.dataset import load_split
-from train.errors import TrainError
+from tracebank.train import preflight
+from tracebank.train.collate import PadCollator
+from tracebank.train.config import Environment, Resolved, TrainConfig
+from tracebank.train.dataset import load_split
+from tracebank.train.errors import TrainError
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -164,7 +164,7 @@ class SFTRecipe:
         config, spec = self.config, self.spec
         env, note = detect_environment(want_unsloth=config.backend in ("auto", "unsloth"))
         resolved = self.resolved = config.resolve(env)
-        from train.backends import get_backend
+        from tracebank.train.backends import get_backend
 
         self.backend = get_backend(resolved.backend)
         from transformers import set_seed

@@ -16,8 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from warehouse.commit import write_json_atomic
-from warehouse.layout import Warehouse
+from tracebank.warehouse.commit import write_json_atomic
+from tracebank.warehouse.layout import Warehouse
 
 LIBRARIES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "unsloth", "bitsandbytes")
 

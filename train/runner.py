@@ -25,16 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from train import preflight
-from train.config import TrainConfig
-from train.dataset import DatasetVersion, open_version, verify
-from train.errors import TrainConfigError, TrainError
-from train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
-from warehouse.errors import TracebankError
-from warehouse.layout import Warehouse
+from tracebank.train import preflight
+from tracebank.train.config import TrainConfig
+from tracebank.train.dataset import DatasetVersion, open_version, verify
+from tracebank.train.errors import TrainConfigError, TrainError
+from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
+from tracebank.warehouse.errors import TracebankError
+from tracebank.warehouse.layout import Warehouse
 
 OnEvent = Callable[[dict[str, Any]], None]
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 KILL_GRACE_S = 5.0
 
 
@@ -75,12 +74,11 @@ class _ChildRun:
     def run(self) -> None:
         read_fd, write_fd = os.pipe()
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONUNBUFFERED"] = "1"
         log_path = self.writer.folder / "train.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "train.child", str(self.spec_path), str(write_fd)],
+                [sys.executable, "-P", "-m", "tracebank.train.child", str(self.spec_path), str(write_fd)],
                 pass_fds=(write_fd,),
                 stdin=subprocess.DEVNULL,
                 stdout=log,

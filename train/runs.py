@@ -7,9 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from train.errors import TrainError
-from warehouse import catalog
-from warehouse.layout import Warehouse
+from tracebank.train.errors import TrainError
+from tracebank.warehouse import catalog
+from tracebank.warehouse.layout import Warehouse
 
 
 def _loss_arrow(summary: dict[str, Any]) -> str | None:

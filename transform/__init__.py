@@ -4,7 +4,7 @@
 ``build_silver(wh)`` builds the per-collection silver tables on their own.
 """
 
-from transform.builder import TransformResult, build_silver, transform
-from transform.config import TransformConfig
+from tracebank.transform.builder import TransformResult, build_silver, transform
+from tracebank.transform.config import TransformConfig
 
 __all__ = ["TransformConfig", "TransformResult", "build_silver", "transform"]

@@ -29,19 +29,19 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transform import silver as silver_mod
-from transform.arrowutil import arrow_ints
-from transform.config import TransformConfig
-from transform.errors import EmptyDatasetError, NoCollectionsError, TransformError
-from transform.manifest import content_hash, source_hash, stats, summary_line
-from transform.rows import CallTokens, build_rows
-from transform.select import rollout_scores, select_rows
-from transform.triplets import CallCounts, rewarded_calls
-from transform.writer import write_split
-from warehouse import catalog, schemas
-from warehouse.catalog import DatasetRef
-from warehouse.commit import commit_manifest, committed_files
-from warehouse.layout import Warehouse
+from tracebank.transform import silver as silver_mod
+from tracebank.transform.arrowutil import arrow_ints
+from tracebank.transform.config import TransformConfig
+from tracebank.transform.errors import EmptyDatasetError, NoCollectionsError, TransformError
+from tracebank.transform.manifest import content_hash, source_hash, stats, summary_line
+from tracebank.transform.rows import CallTokens, build_rows
+from tracebank.transform.select import rollout_scores, select_rows
+from tracebank.transform.triplets import CallCounts, rewarded_calls
+from tracebank.transform.writer import write_split
+from tracebank.warehouse import catalog, schemas
+from tracebank.warehouse.catalog import DatasetRef
+from tracebank.warehouse.commit import commit_manifest, committed_files
+from tracebank.warehouse.layout import Warehouse
 
 CALL_COLUMNS = ["collection_id", "rollout_id", "attempt_id", "span_id", "sequence_id", "start_time",
                 "response_id", "prompt_len", "response_len", "reject_reason", "span_index"]

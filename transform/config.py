@@ -6,8 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from transform.errors import TransformUsageError
-from warehouse.layout import validate_name
+from tracebank.transform.errors import TransformUsageError
+from tracebank.warehouse.layout import validate_name
 
 SELECT_BY = ("triplet", "rollout")
 MERGE = ("none", "trajectory")

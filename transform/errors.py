@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warehouse.errors import NotFoundError, TracebankError, UsageError
+from tracebank.warehouse.errors import NotFoundError, TracebankError, UsageError
 
 
 class TransformError(TracebankError):

@@ -11,9 +11,9 @@ import polars as pl
 import pyarrow as pa
 import xxhash
 
-from transform.arrowutil import numpy_view
-from transform.config import TransformConfig
-from transform.silver import SILVER_VERSION
+from tracebank.transform.arrowutil import numpy_view
+from tracebank.transform.config import TransformConfig
+from tracebank.transform.silver import SILVER_VERSION
 
 # Bump when the same inputs and options would produce different rows, i.e. whenever
 # transform.rows changes what a row holds (2: the hash no longer reads the Parquet bytes).

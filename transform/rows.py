@@ -26,8 +26,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from transform.arrowutil import arrow_ints, numpy_view
-from transform.errors import TransformError
+from tracebank.transform.arrowutil import arrow_ints, numpy_view
+from tracebank.transform.errors import TransformError
 
 _MAX_OFFSET = 2**31 - 1
 IGNORE = -100

@@ -15,8 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from transform.config import TransformConfig
-from transform.rows import RowTokens
+from tracebank.transform.config import TransformConfig
+from tracebank.transform.rows import RowTokens
 
 
 @dataclass

@@ -25,13 +25,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transform import rewards as reward_rules
-from transform.arrowutil import repeat_string, string_scalar
-from transform.errors import NoCollectionsError, TransformError
-from transform.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
-from warehouse import schemas
-from warehouse.commit import commit_manifest, committed_files, read_manifest, write_parquet_atomic
-from warehouse.layout import Warehouse
+from tracebank.transform import rewards as reward_rules
+from tracebank.transform.arrowutil import repeat_string, string_scalar
+from tracebank.transform.errors import NoCollectionsError, TransformError
+from tracebank.transform.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
+from tracebank.warehouse import schemas
+from tracebank.warehouse.commit import commit_manifest, committed_files, read_manifest, write_parquet_atomic
+from tracebank.warehouse.layout import Warehouse
 
 SILVER_VERSION = 1
 CALL_SPANS = ("raw_gen_ai_request", "litellm_request")

@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transform.arrowutil import arrow_ints
-from warehouse.schemas import TOKENS
+from tracebank.transform.arrowutil import arrow_ints
+from tracebank.warehouse.schemas import TOKENS
 
 INT32_MAX = 2**31 - 1
 

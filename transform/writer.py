@@ -16,10 +16,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transform.manifest import rows_digest
-from transform.rows import RowTokens
-from warehouse import schemas
-from warehouse.commit import write_buffer_atomic
+from tracebank.transform.manifest import rows_digest
+from tracebank.transform.rows import RowTokens
+from tracebank.warehouse import schemas
+from tracebank.warehouse.commit import write_buffer_atomic
 
 EXTRA_FIELDS = [pa.field("collection_id", pa.string()), pa.field("response_id", pa.string()),
                 pa.field("calls", pa.int32())]

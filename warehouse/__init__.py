@@ -1,14 +1,14 @@
 """The warehouse: the folder every stage reads and writes, and its SQL views."""
 
-from warehouse.catalog import DatasetRef, resolve_dataset, resolve_run
-from warehouse.commit import (
+from tracebank.warehouse.catalog import DatasetRef, resolve_dataset, resolve_run
+from tracebank.warehouse.commit import (
     commit_manifest,
     read_manifest,
     verify_hashes,
     write_json_atomic,
     write_parquet_atomic,
 )
-from warehouse.errors import (
+from tracebank.warehouse.errors import (
     CorruptFileError,
     NotFoundError,
     QueryError,
@@ -16,8 +16,8 @@ from warehouse.errors import (
     UsageError,
     WarehouseError,
 )
-from warehouse.layout import Warehouse
-from warehouse.query import connect, run_sql
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import connect, run_sql
 
 __all__ = [
     "CorruptFileError", "DatasetRef", "NotFoundError", "QueryError", "TracebankError",

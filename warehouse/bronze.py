@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from warehouse import schemas
+from tracebank.warehouse import schemas
 
 
 def to_json(value: Any) -> str | None:

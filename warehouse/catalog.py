@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warehouse.commit import read_manifest
-from warehouse.errors import CorruptFileError, NotFoundError, UsageError
-from warehouse.layout import Warehouse, validate_name
+from tracebank.warehouse.commit import read_manifest
+from tracebank.warehouse.errors import CorruptFileError, NotFoundError, UsageError
+from tracebank.warehouse.layout import Warehouse, validate_name
 
 _REF_RE = re.compile(r"^(?P<name>[^@]+)(?:@v?(?P<version>\d+))?$")
 

@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from warehouse.errors import CorruptFileError, WarehouseError
-from warehouse.layout import MANIFEST
+from tracebank.warehouse.errors import CorruptFileError, WarehouseError
+from tracebank.warehouse.layout import MANIFEST
 
 TMP_MARK = ".tmp-"
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from warehouse.errors import UsageError, WarehouseError
+from tracebank.warehouse.errors import UsageError, WarehouseError
 
 FORMAT_NAME = "tracebank-warehouse"
 FORMAT_VERSION = 1
@@ -96,7 +96,7 @@ class Warehouse:
 
     def init(self) -> Warehouse:
         """Create the folder layout (idempotent) and check its format version."""
-        from warehouse.commit import write_json_atomic
+        from tracebank.warehouse.commit import write_json_atomic
 
         if self.root.exists() and not self.root.is_dir():
             raise WarehouseError(f"warehouse path {self.root} is a file, not a folder")

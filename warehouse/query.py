@@ -15,10 +15,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from warehouse import catalog, schemas
-from warehouse.commit import check_sizes
-from warehouse.errors import CorruptFileError, QueryError
-from warehouse.layout import Warehouse
+from tracebank.warehouse import catalog, schemas
+from tracebank.warehouse.commit import check_sizes
+from tracebank.warehouse.errors import CorruptFileError, QueryError
+from tracebank.warehouse.layout import Warehouse
 
 READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}
 

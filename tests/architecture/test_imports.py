@@ -1,19 +1,24 @@
-"""The import direction: stages import `warehouse`, never each other; only the CLI imports all."""
+"""The import rules: one namespace; stages import `warehouse`, never each other; heavy imports lazy."""
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("collect", "transform", "train", "serve")
-ORCHESTRATORS = ("loop", "tracebank_cli")
+ORCHESTRATORS = ("loop", "cli")
+# Folder in the repository -> the package it installs as.
+FOLDERS = {"warehouse": "warehouse", **{s: s for s in STAGES}, "loop": "loop", "cli": "tracebank/cli"}
+PACKAGES = ("warehouse", *STAGES, *ORCHESTRATORS)
 HEAVY = ("torch", "transformers", "trl", "peft", "unsloth", "vllm", "agentlightning", "datasets",
          "litellm")
+CODE_FOLDERS = (*FOLDERS.values(), "tracebank", "tests", "bench", "scripts")
 
 
 def _imports(path: Path) -> list[tuple[str, bool]]:
-    """(module, at_top_level) for every import in ``path``."""
+    """(module, at_top_level) for every absolute import in ``path``."""
     tree = ast.parse(path.read_text(), str(path))
     top = set(map(id, tree.body))
     out = []
@@ -25,13 +30,43 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     return out
 
 
+def _package_of(module: str) -> str | None:
+    """``tracebank.collect.x`` -> ``collect``; None for anything outside tracebank."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "tracebank" and len(parts) > 1 else None
+
+
 def _py_files(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+    return sorted((ROOT / FOLDERS[package]).rglob("*.py"))
 
 
 def test_every_package_is_checked():
-    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "bench"}
-    assert packages <= {"warehouse", *STAGES, *ORCHESTRATORS}
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "bench", "tracebank"}
+    assert packages <= set(PACKAGES)
+
+
+def test_every_package_folder_is_installed_under_the_namespace():
+    """pyproject maps each folder into `tracebank.` and lists every sub-package."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapping, listed = tool["package-dir"], set(tool["packages"])
+    for folder in ("warehouse", *STAGES, "loop"):
+        assert mapping[f"tracebank.{folder}"] == folder
+        for init in (ROOT / folder).rglob("__init__.py"):
+            sub = init.parent.relative_to(ROOT / folder).parts
+            assert ".".join(("tracebank", folder, *sub)) in listed, init
+
+
+def test_nothing_imports_the_old_top_level_names():
+    """Only `tracebank.<package>`: a bare `import train` would pick up a user's train.py."""
+    bare = set(PACKAGES) | {"tracebank_cli"}
+    bad = [
+        f"{path.relative_to(ROOT)} imports {mod}"
+        for folder in CODE_FOLDERS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for mod, _ in _imports(path)
+        if mod.split(".")[0] in bare
+    ]
+    assert bad == []
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -41,7 +76,7 @@ def test_stage_imports_no_other_stage(stage):
         f"{path.relative_to(ROOT)} imports {mod}"
         for path in _py_files(stage)
         for mod, _ in _imports(path)
-        if mod.split(".")[0] in others
+        if _package_of(mod) in others
     ]
     assert bad == []
 
@@ -51,12 +86,12 @@ def test_warehouse_imports_no_stage():
         f"{path.relative_to(ROOT)} imports {mod}"
         for path in _py_files("warehouse")
         for mod, _ in _imports(path)
-        if mod.split(".")[0] in (*STAGES, *ORCHESTRATORS)
+        if _package_of(mod) in (*STAGES, *ORCHESTRATORS)
     ]
     assert bad == []
 
 
-@pytest.mark.parametrize("package", ["warehouse", *ORCHESTRATORS, *STAGES])
+@pytest.mark.parametrize("package", PACKAGES)
 def test_heavy_libraries_are_imported_lazily(package):
     bad = [
         f"{path.relative_to(ROOT)} imports {mod} at module level"
@@ -70,5 +105,7 @@ def test_heavy_libraries_are_imported_lazily(package):
 def test_forbidden_import_is_detected(tmp_path):
     """The check itself can fail: a stage module importing another stage is caught."""
     bad = tmp_path / "x.py"
-    bad.write_text("from transform import build\nimport torch\n")
-    assert ("transform", True) in _imports(bad) and ("torch", True) in _imports(bad)
+    bad.write_text("from tracebank.transform import build\nimport torch\nimport train\n")
+    found = _imports(bad)
+    assert ("tracebank.transform", True) in found and ("torch", True) in found
+    assert _package_of("tracebank.transform") == "transform" and ("train", True) in found

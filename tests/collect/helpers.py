@@ -17,7 +17,7 @@ from tests.fixtures.fill import add_rollout
 from tests.fixtures.proxy_spans import random_rollout_spans
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACEBANK = [sys.executable, "-m", "tracebank_cli.main"]
+TRACEBANK = [sys.executable, "-m", "tracebank.cli.main"]
 
 
 def client(url: str) -> Any:
@@ -63,7 +63,7 @@ def store_spans(url: str, rollout_id: str, attempt_id: str) -> list[Any]:
 
 
 def cli_env() -> dict[str, str]:
-    return {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": str(ROOT)}
+    return {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

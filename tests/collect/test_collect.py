@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from collect import CollectConfig, collect
+from tracebank.collect import CollectConfig, collect
 from tests.collect.helpers import client, store_spans
 from tests.fixtures.fill import add_attempt, add_rollout
 from tests.fixtures.proxy_spans import SECRET_KEY, random_rollout_spans, reward_span
-from tracebank_cli.main import cli
-from warehouse import catalog
-from warehouse.bronze import span_dict_from_row
-from warehouse.layout import Warehouse
-from warehouse.query import run_sql
+from tracebank.cli.main import cli
+from tracebank.warehouse import catalog
+from tracebank.warehouse.bronze import span_dict_from_row
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import run_sql
 
 SUMMARY = re.compile(
     r"^collected c\d{8}T\d{6}Z-[0-9a-f]{6}: (\d+) new rollouts, (\d+) spans, (\d+) skipped, "

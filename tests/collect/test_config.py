@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from collect import CollectConfig, parse_since
-from collect.errors import CollectUsageError
-from collect.source import check_url
+from tracebank.collect import CollectConfig, parse_since
+from tracebank.collect.errors import CollectUsageError
+from tracebank.collect.source import check_url
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from tests.collect.helpers import fill_url, run_cli, start_cli, wait_for
-from tracebank_cli.main import cli
-from warehouse import catalog
-from warehouse.layout import MANIFEST, Warehouse
+from tracebank.cli.main import cli
+from tracebank.warehouse import catalog
+from tracebank.warehouse.layout import MANIFEST, Warehouse
 
 N_ROLLOUTS = 200
 SPANS_EACH = 13  # four proxied calls of three spans, and a reward

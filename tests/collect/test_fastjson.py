@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from collect import fastjson
-from collect.writer import spans_arrow
+from tracebank.collect import fastjson
+from tracebank.collect.writer import spans_arrow
 from tests.fixtures.proxy_spans import random_rollout_spans
-from warehouse import bronze
+from tracebank.warehouse import bronze
 
 pytestmark = pytest.mark.skipif(fastjson.orjson is None, reason="orjson is not installed")
 

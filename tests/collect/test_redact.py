@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from collect.redact import REDACTED, Redactor, is_secret_key
+from tracebank.collect.redact import REDACTED, Redactor, is_secret_key
 from tests.fixtures.proxy_spans import SECRET_KEY
 
 

@@ -11,12 +11,12 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from collect import CollectConfig, StoreRequestError, StoreUnreachableError, collect
+from tracebank.collect import CollectConfig, StoreRequestError, StoreUnreachableError, collect
 from tests.collect.helpers import ROOT, DroppingProxy, cli_env, fill_random, fill_url
 from tests.fixtures.store_server import free_port, wait_healthy
-from tracebank_cli.main import cli
-from warehouse import catalog
-from warehouse.query import run_sql
+from tracebank.cli.main import cli
+from tracebank.warehouse import catalog
+from tracebank.warehouse.query import run_sql
 
 
 def test_unreachable_store_is_one_line_naming_the_url_and_fast(wh):
@@ -135,7 +135,7 @@ def test_in_process_store_object_with_eviction(wh):
 def test_in_process_store_round_trip(wh):
     from agentlightning import InMemoryLightningStore, Span
 
-    from warehouse.bronze import span_dict_from_row
+    from tracebank.warehouse.bronze import span_dict_from_row
 
     store = InMemoryLightningStore()
     ids = asyncio.run(fill_random(store, 5, seed=4))
@@ -161,7 +161,7 @@ def test_collect_from_inside_a_running_loop(wh):
 
 
 def test_not_a_store_is_a_usage_error(wh):
-    from collect.errors import CollectUsageError
+    from tracebank.collect.errors import CollectUsageError
 
     with pytest.raises(CollectUsageError, match="cannot collect from a dict"):
         collect({}, wh, CollectConfig())

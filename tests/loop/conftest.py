@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="module")
 def model_v0(tmp_path_factory):
     """A random-init tiny Qwen2 with a ChatML tokenizer, as ``models/version_0`` (built in seconds)."""
-    from train.tiny_model import build_tiny_model
+    from tracebank.train.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "version_0", seed=0, initializer_range=0.2)
 

@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from loop import DemoConfig, LoopUsageError
-from loop.demo import run_demo
-from warehouse.layout import Warehouse
-from warehouse.query import run_sql
+from tracebank.loop import DemoConfig, LoopUsageError
+from tracebank.loop.demo import run_demo
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import run_sql
 
 ROLLOUTS = 4
 
@@ -105,7 +105,7 @@ def test_progress_events_name_their_iteration(demo_run):
 def test_the_algorithm_refuses_to_run_without_tasks():
     import asyncio
 
-    from loop.algorithm import WarehouseSupervisedFinetuning
+    from tracebank.loop.algorithm import WarehouseSupervisedFinetuning
 
     algo = WarehouseSupervisedFinetuning("unused-warehouse", "unused-model")
     with pytest.raises(LoopUsageError, match="no tasks"):

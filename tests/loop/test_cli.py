@@ -7,12 +7,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from serve.process import free_port
-from tracebank_cli.main import cli
-from warehouse.layout import Warehouse
-from warehouse.query import run_sql
+from tracebank.serve.process import free_port
+from tracebank.cli.main import cli
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import run_sql
 
-AGENT = "loop.toy_agent:repeat_text"
+AGENT = "tracebank.loop.toy_agent:repeat_text"
 
 
 @pytest.fixture
@@ -84,13 +84,13 @@ def test_tasks_file_with_a_bad_line(tmp_path, model_v0):
             "'no_such_agent_module' (is it on PYTHONPATH (run from its folder)?)\n",
         ),
         (
-            "loop.toy_agent:nothing",
-            "Error: agent module 'loop.toy_agent' has no 'nothing' (use module:function "
+            "tracebank.loop.toy_agent:nothing",
+            "Error: agent module 'tracebank.loop.toy_agent' has no 'nothing' (use module:function "
             "naming an agentlightning rollout)\n",
         ),
         (
-            "loop.toy_agent:WORDS",
-            "Error: loop.toy_agent:WORDS is a tuple, not an agent (use a function "
+            "tracebank.loop.toy_agent:WORDS",
+            "Error: tracebank.loop.toy_agent:WORDS is a tuple, not an agent (use a function "
             "(task, llm[, rollout]) or an @agl.rollout agent)\n",
         ),
     ],
@@ -119,7 +119,7 @@ def test_a_function_that_is_not_a_rollout(tmp_path, tasks_file, model_v0):
         "--model",
         str(model_v0),
         "--agent",
-        "loop.toy_agent:similarity",
+        "tracebank.loop.toy_agent:similarity",
         "--tasks",
         str(tasks_file),
         "--store",
@@ -128,7 +128,7 @@ def test_a_function_that_is_not_a_rollout(tmp_path, tasks_file, model_v0):
         "cpu",
     )
     assert out.exit_code == 2
-    assert _error(out).startswith("Error: loop.toy_agent:similarity is not an agentlightning rollout: ")
+    assert _error(out).startswith("Error: tracebank.loop.toy_agent:similarity is not an agentlightning rollout: ")
 
 
 def test_missing_model_folder(tmp_path, tasks_file):

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from loop import LoopUsageError, RoundConfig, ServerConfig, StagesConfig, load_tasks, next_model_path
-from loop.servers import server_command
-from loop.toy_agent import make_tasks, similarity
+from tracebank.loop import LoopUsageError, RoundConfig, ServerConfig, StagesConfig, load_tasks, next_model_path
+from tracebank.loop.servers import server_command
+from tracebank.loop.toy_agent import make_tasks, similarity
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_load_tasks_reads_json_lines(tmp_path):
 
 
 def test_vllm_command_carries_the_recipes_flags(monkeypatch):
-    monkeypatch.setattr("loop.servers.vllm_executable", lambda: "vllm")
+    monkeypatch.setattr("tracebank.loop.servers.vllm_executable", lambda: "vllm")
     config = ServerConfig(
         gpu_memory_utilization=0.7,
         max_model_len=4096,
@@ -79,7 +79,7 @@ def test_vllm_command_carries_the_recipes_flags(monkeypatch):
 
 def test_cpu_command_serves_the_same_model_name(tmp_path):
     cmd = server_command(tmp_path, 8124, ServerConfig(kind="cpu", max_model_len=512, default_max_tokens=16))
-    assert cmd[1:3] == ["-m", "serve.cpu_server"]
+    assert cmd[1:4] == ["-P", "-m", "tracebank.serve.cpu_server"]
     assert cmd[cmd.index("--served-model-name") + 1] == str(tmp_path)
     assert cmd[cmd.index("--max-model-len") + 1] == "512"
 
@@ -118,8 +118,8 @@ def test_toy_tasks_and_reward():
 def test_a_stock_llm_proxy_is_refused_where_it_would_lose_every_span():
     import agentlightning as agl
 
-    from loop.round import _check_proxy
-    from serve.proxy import TracebankLLMProxy, otlp_exporter_binds_endpoint_at_init
+    from tracebank.loop.round import _check_proxy
+    from tracebank.serve.proxy import TracebankLLMProxy, otlp_exporter_binds_endpoint_at_init
 
     _check_proxy(TracebankLLMProxy(port=1, host="127.0.0.1"))  # tracebank's own: always accepted
     stock = agl.LLMProxy(port=1, host="127.0.0.1")

@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from loop import LocalRunners, RoundConfig, RoundTimeoutError, ServerConfig, StagesConfig, run_round
-from loop.toy_agent import LOG_ENV, make_tasks, read_log, toy_agent
-from warehouse.layout import Warehouse
-from warehouse.query import run_sql
+from tracebank.loop import LocalRunners, RoundConfig, RoundTimeoutError, ServerConfig, StagesConfig, run_round
+from tracebank.loop.toy_agent import LOG_ENV, make_tasks, read_log, toy_agent
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import run_sql
 
 N_TASKS = 6
 CPU = ServerConfig(kind="cpu", default_max_tokens=16, threads=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve.process import start_cpu_server
+from tracebank.serve.process import start_cpu_server
 
 MODEL_NAME = "tiny"
 
@@ -12,7 +12,7 @@ MODEL_NAME = "tiny"
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A random-init tiny Qwen2 model with a ChatML tokenizer (built locally, seconds)."""
-    from train.tiny_model import build_tiny_model
+    from tracebank.train.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 

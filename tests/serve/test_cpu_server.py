@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serve.config import CpuServerConfig
-from serve.cpu_server import ChatModel, SamplingSpec, main
+from tracebank.serve.config import CpuServerConfig
+from tracebank.serve.cpu_server import ChatModel, SamplingSpec, main
 from tests.serve.conftest import MODEL_NAME
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2+2?"}]

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from serve.config import ProxyConfig
-from serve.process import free_port
-from serve.proxy import generate_api_key, model_list, otlp_exporter_binds_endpoint_at_init, start_llm_proxy
+from tracebank.serve.config import ProxyConfig
+from tracebank.serve.process import free_port
+from tracebank.serve.proxy import generate_api_key, model_list, otlp_exporter_binds_endpoint_at_init, start_llm_proxy
 from tests.serve.conftest import MODEL_NAME
 
 MESSAGES = [{"role": "system", "content": "Answer with a number."},
@@ -199,7 +199,7 @@ def test_endpoint_assignment_reaches_the_store_only_with_tracebanks_exporter(sto
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from serve.proxy import EndpointFollowingOTLPExporter
+    from tracebank.serve.proxy import EndpointFollowingOTLPExporter
 
     endpoint = f"{store_url}/v1/traces"
     closed = f"http://127.0.0.1:{free_port()}/v1/traces"  # stands in for the default localhost:4318
@@ -224,7 +224,7 @@ def test_stock_exporter_loses_proxy_spans_on_this_otel(store_url, cpu_server, mo
     """
     from openai import OpenAI
 
-    from serve.proxy import TracebankLLMProxy
+    from tracebank.serve.proxy import TracebankLLMProxy
 
     # The forked proxy's exporter gives up on localhost:4318 after 1 s instead of about 6 s.
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")

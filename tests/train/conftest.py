@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fixtures.datasets import QA_PAIRS, load_tokenizer, qa_rows, write_dataset
-from warehouse.layout import Warehouse
+from tracebank.warehouse.layout import Warehouse
 
 #: Hyperparameters under which the tiny model memorises QA_PAIRS in a few seconds of CPU.
 FAST = {"learning_rate": 1e-2, "epochs": 6, "batch_size": 4, "grad_accum": 1, "warmup_steps": 2}
@@ -14,7 +14,7 @@ FAST = {"learning_rate": 1e-2, "epochs": 6, "batch_size": 4, "grad_accum": 1, "w
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A random-init tiny Qwen2 and its ChatML tokenizer, built locally once per session."""
-    from train.tiny_model import build_tiny_model
+    from tracebank.train.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), seed=0, initializer_range=0.2)
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.fixtures.datasets import QA_PAIRS, SYSTEM, qa_rows
-from tracebank_cli.main import cli
+from tracebank.cli.main import cli
 
 
 def invoke(wh, *args):

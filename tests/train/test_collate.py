@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from train.collate import PadCollator
+from tracebank.train.collate import PadCollator
 
 
 def test_pads_ids_labels_and_mask():

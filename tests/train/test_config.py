@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from train.config import QWEN_TARGETS, Environment, TrainConfig
-from train.errors import TrainConfigError
+from tracebank.train.config import QWEN_TARGETS, Environment, TrainConfig
+from tracebank.train.errors import TrainConfigError
 
 
 def cfg(**kw) -> TrainConfig:

@@ -10,10 +10,10 @@ import pytest
 
 from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
 from tests.train.conftest import FAST
-from train import TrainConfig, TrainError, train
-from warehouse import catalog
-from warehouse.errors import CorruptFileError, NotFoundError
-from warehouse.layout import Warehouse
+from tracebank.train import TrainConfig, TrainError, train
+from tracebank.warehouse import catalog
+from tracebank.warehouse.errors import CorruptFileError, NotFoundError
+from tracebank.warehouse.layout import Warehouse
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_timeout_kills_the_child(wh, tmp_path, tiny_model):
 
 
 def test_bad_config_is_rejected_before_anything(wh, tmp_path, tiny_model):
-    from train import TrainConfigError
+    from tracebank.train import TrainConfigError
 
     with pytest.raises(TrainConfigError, match="learning rate must be positive") as exc:
         train(wh, _config(tmp_path, tiny_model, learning_rate=-1.0))
@@ -148,7 +148,7 @@ def test_bad_config_is_rejected_before_anything(wh, tmp_path, tiny_model):
 
 
 def test_non_empty_output_is_not_overwritten(wh, tmp_path, tiny_model):
-    from train import TrainConfigError
+    from tracebank.train import TrainConfigError
 
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")

@@ -1,6 +1,6 @@
 import re
 
-from train.inspection import histogram
+from tracebank.train.inspection import histogram
 
 
 def test_integer_bins_do_not_overlap_and_count_every_value():

@@ -8,9 +8,9 @@ import pytest
 
 from tests.fixtures.datasets import QA_PAIRS, SYSTEM, chat_row, write_dataset
 from tests.train.conftest import FAST
-from train import TrainConfig, train
-from warehouse import catalog
-from warehouse.query import run_sql
+from tracebank.train import TrainConfig, train
+from tracebank.warehouse import catalog
+from tracebank.warehouse.query import run_sql
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_prompt_tokens_carry_no_loss(tmp_path, tiny_model, tokenizer):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from warehouse.layout import Warehouse
+    from tracebank.warehouse.layout import Warehouse
 
     wh = Warehouse(tmp_path / "wh").init()
     row = chat_row(tokenizer, *QA_PAIRS[2])
@@ -192,7 +192,7 @@ def test_trains_on_a_version_built_by_the_transform_stage(tmp_path, tiny_model, 
     import pyarrow.parquet as pq
 
     from tests.fixtures.datasets import qa_rows, transform_dataset
-    from warehouse.layout import Warehouse
+    from tracebank.warehouse.layout import Warehouse
 
     wh = Warehouse(tmp_path / "wh").init()
     folder, manifest = transform_dataset(wh, "qa", tokenizer, repeat=2, val_fraction=0.25)

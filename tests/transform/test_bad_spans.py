@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import Call, call_spans, plain_span, reward_span
 from tests.transform.oracle import Scenario, oracle_rows, row_key
-from transform import TransformConfig, transform
-from warehouse.query import run_sql
+from tracebank.transform import TransformConfig, transform
+from tracebank.warehouse.query import run_sql
 
 
 def _raw(r, a, seq, prompt_text, response_ids_text, rid):
@@ -86,8 +86,8 @@ def test_good_spans_next_to_bad_ones_match_the_oracle(wh):
 def test_unreadable_attributes_do_not_abort(wh):
     """A span whose attributes are not JSON (a damaged collection) is skipped, not fatal."""
     from tests.fixtures.bronze import attempts_for, rollouts_for
-    from warehouse import bronze
-    from warehouse.commit import commit_manifest, write_parquet_atomic
+    from tracebank.warehouse import bronze
+    from tracebank.warehouse.commit import commit_manifest, write_parquet_atomic
 
     sc = _bad_scenario()
     dicts = [s.model_dump() for s in sc.spans]

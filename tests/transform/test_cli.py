@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import Call, call_spans, reward_span
-from tracebank_cli.main import cli
-from warehouse import catalog
+from tracebank.cli.main import cli
+from tracebank.warehouse import catalog
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from tests.fixtures.bronze import commit_collection
 from tests.transform.oracle import oracle_rows, row_key, scenario
-from transform import TransformConfig, transform
+from tracebank.transform import TransformConfig, transform
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,13 @@ import pytest
 
 from tests.fixtures.bronze import commit_collection
 from tests.transform.oracle import scenario
-from transform import TransformConfig, build_silver, transform
-from transform.errors import EmptyDatasetError
-from warehouse import catalog, schemas
-from warehouse.commit import verify_hashes
-from warehouse.errors import NotFoundError
-from warehouse.layout import Warehouse
-from warehouse.query import run_sql
+from tracebank.transform import TransformConfig, build_silver, transform
+from tracebank.transform.errors import EmptyDatasetError
+from tracebank.warehouse import catalog, schemas
+from tracebank.warehouse.commit import verify_hashes
+from tracebank.warehouse.errors import NotFoundError
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import run_sql
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_unknown_collection_and_no_rows(wh, tmp_path):
 
 
 def test_a_failed_write_leaves_no_version(wh, monkeypatch):
-    import transform.builder as builder
+    import tracebank.transform.builder as builder
 
     real = builder.write_split
     calls = []
@@ -149,7 +149,7 @@ def test_a_failed_write_leaves_no_version(wh, monkeypatch):
 def test_content_hash_reads_values_not_parquet_bytes(version):
     import pyarrow as pa
 
-    from transform.manifest import RowsDigest, content_hash, rows_digest
+    from tracebank.transform.manifest import RowsDigest, content_hash, rows_digest
 
     digests = []
     for f in version.manifest["files"]:

@@ -11,8 +11,8 @@ import pytest
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import Call, call_spans, random_rollout_spans, reward_span
 from tests.transform.oracle import Scenario, oracle_rows, row_key, scenario
-from transform import TransformConfig, transform
-from warehouse.layout import Warehouse
+from tracebank.transform import TransformConfig, transform
+from tracebank.warehouse.layout import Warehouse
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_seed_changes_order_not_content(wh):
     {"min_reward": math.inf}, {"name": "../x"},
 ])
 def test_bad_options_are_usage_errors(wh, kwargs):
-    from warehouse.errors import UsageError
+    from tracebank.warehouse.errors import UsageError
 
     with pytest.raises(UsageError):
         transform(wh, TransformConfig(**{"name": "bad", **kwargs}))

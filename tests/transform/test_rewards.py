@@ -6,7 +6,7 @@ import math
 import pytest
 
 from tests.fixtures.proxy_spans import plain_span
-from transform.rewards import classify
+from tracebank.transform.rewards import classify
 
 GOOD = [
     ("agentlightning.annotation", {"agentlightning.reward.0.name": "primary",

@@ -6,7 +6,7 @@ import pytest
 
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import random_rollout_spans
-from transform import TransformConfig, transform
+from tracebank.transform import TransformConfig, transform
 
 
 def _tiny_tokenizer(vocab: int):

@@ -8,16 +8,16 @@ import textwrap
 import pyarrow as pa
 import pytest
 
-from warehouse import catalog
-from warehouse.commit import (
+from tracebank.warehouse import catalog
+from tracebank.warehouse.commit import (
     TMP_MARK,
     commit_manifest,
     read_manifest,
     verify_hashes,
     write_parquet_atomic,
 )
-from warehouse.errors import CorruptFileError, WarehouseError
-from warehouse.layout import Warehouse
+from tracebank.warehouse.errors import CorruptFileError, WarehouseError
+from tracebank.warehouse.layout import Warehouse
 
 
 def _commit_collection(wh: Warehouse, cid: str, n: int) -> None:
@@ -85,7 +85,7 @@ def test_writer_killed_mid_write_leaves_only_temp_files(wh, tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, pyarrow as pa, pyarrow.parquet as pq
         from pathlib import Path
-        from warehouse.commit import atomic_path
+        from tracebank.warehouse.commit import atomic_path
         final = Path({str(wh.collection_dir('c1') / 'spans-0000.parquet')!r})
         with atomic_path(final) as tmp:
             pq.write_table(pa.table({{"a": list(range(1000))}}), tmp)

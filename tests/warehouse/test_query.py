@@ -1,10 +1,10 @@
 import pyarrow as pa
 import pytest
 
-from warehouse.commit import commit_manifest, write_parquet_atomic
-from warehouse.errors import CorruptFileError, QueryError
-from warehouse.query import TABLES, connect, run_sql
-from warehouse.schemas import SPANS, conform
+from tracebank.warehouse.commit import commit_manifest, write_parquet_atomic
+from tracebank.warehouse.errors import CorruptFileError, QueryError
+from tracebank.warehouse.query import TABLES, connect, run_sql
+from tracebank.warehouse.schemas import SPANS, conform
 
 
 def _commit_spans(wh, cid, names):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from train.config import Resolved
+from tracebank.train.config import Resolved
 
 
 class Backend(Protocol):
@@ -28,9 +28,9 @@ class Backend(Protocol):
 
 def get_backend(name: str) -> Backend:
     if name == "unsloth":
-        from train.backends.unsloth import UnslothBackend
+        from tracebank.train.backends.unsloth import UnslothBackend
 
         return UnslothBackend()
-    from train.backends.trl_peft import TrlPeftBackend
+    from tracebank.train.backends.trl_peft import TrlPeftBackend
 
     return TrlPeftBackend()

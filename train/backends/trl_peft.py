@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from train.config import Resolved
+from tracebank.train.config import Resolved
 
 
 def _dtype(name: str) -> Any:

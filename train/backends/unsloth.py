@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from train.config import Resolved
+from tracebank.train.config import Resolved
 
 
 class UnslothBackend:

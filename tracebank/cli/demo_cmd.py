@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 import click
 
-from tracebank_cli.output import render
+from tracebank.cli.output import render
 
 
 class Reporter:
@@ -140,9 +140,9 @@ def demo(
     """
     import time
 
-    from loop import DemoConfig
-    from loop.demo import run_demo
-    from loop.local import output_to_log
+    from tracebank.loop import DemoConfig
+    from tracebank.loop.demo import run_demo
+    from tracebank.loop.local import output_to_log
 
     config = DemoConfig(
         work_dir=Path(work_dir),
@@ -312,7 +312,7 @@ def round_(
     sft_rollout_runners.py) or pass --runners N. With --then train the round ends
     by printing the model the next round serves.
     """
-    from loop import LocalRunners, RoundConfig, ServerConfig, StagesConfig, load_agent, load_tasks, run_round
+    from tracebank.loop import LocalRunners, RoundConfig, ServerConfig, StagesConfig, load_agent, load_tasks, run_round
 
     tasks = load_tasks(tasks_path)
     config = RoundConfig(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tracebank_cli.output import render
+from tracebank.cli.output import render
 
 
 @click.command()
@@ -18,6 +18,6 @@ def sql(wh, statement: str, fmt: str) -> None:
     Tables: rollouts, attempts, spans, llm_calls, rewards, messages,
     dataset_rows, collections, datasets, runs, run_metrics.
     """
-    from warehouse.query import run_sql
+    from tracebank.warehouse.query import run_sql
 
     click.echo(render(run_sql(wh, statement), fmt))

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from tracebank_cli.output import render
-from train.config import TrainConfig
+from tracebank.cli.output import render
+from tracebank.train.config import TrainConfig
 
 #: The CLI's defaults are TrainConfig's (it imports nothing heavy), so they are written once.
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
@@ -149,8 +149,8 @@ def _summary_line(record: Any) -> str:
 @click.pass_obj
 def train(wh, quiet: bool, target_modules: str | None, **options: Any) -> None:
     """Train a LoRA adapter on a dataset version and record the run."""
-    from train import TrainConfig
-    from train import train as run_training
+    from tracebank.train import TrainConfig
+    from tracebank.train import train as run_training
 
     if target_modules:
         options["target_modules"] = tuple(t.strip() for t in target_modules.split(",") if t.strip())
@@ -170,7 +170,7 @@ def runs() -> None:
 @click.pass_obj
 def runs_list(wh, fmt: str) -> None:
     """List every run, oldest first."""
-    from train import runs_table
+    from tracebank.train import runs_table
 
     click.echo(render(runs_table(wh), fmt))
 
@@ -181,8 +181,8 @@ def runs_list(wh, fmt: str) -> None:
 @click.pass_obj
 def runs_show(wh, run_id: str, fmt: str) -> None:
     """Show one run (an id prefix is enough): record, summary and per-step losses."""
-    from train import run_details
-    from train.runs import format_run
+    from tracebank.train import run_details
+    from tracebank.train.runs import format_run
 
     details = run_details(wh, run_id)
     click.echo(
@@ -199,7 +199,7 @@ def runs_show(wh, run_id: str, fmt: str) -> None:
 @click.pass_obj
 def inspect(wh, dataset: str, tokenizer: str, row: int, split: str, color: bool | None) -> None:
     """Decode a row of DATASET (NAME or NAME@vN): masked vs trained tokens, length and reward histograms."""
-    from train import inspect_dataset
+    from tracebank.train import inspect_dataset
 
     use_color = sys.stdout.isatty() if color is None else color
     click.echo(

@@ -59,9 +59,9 @@ def collect(wh: Any, store_url: str, statuses: tuple[str, ...], mode: str | None
     Then the collection's silver tables (llm_calls, rewards, messages) are built, so they
     are queryable at once and `tracebank transform` starts from them.
     """
-    from collect import CollectConfig, parse_since
-    from collect import collect as run_collect
-    from collect.errors import CollectUsageError
+    from tracebank.collect import CollectConfig, parse_since
+    from tracebank.collect import collect as run_collect
+    from tracebank.collect.errors import CollectUsageError
 
     if tag is not None and (not tag.strip() or "\n" in tag or len(tag) > 100):
         raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
@@ -82,7 +82,7 @@ def collect(wh: Any, store_url: str, statuses: tuple[str, ...], mode: str | None
         click.echo(f"Warning: {warning}", err=True)
     click.echo(result.summary())
     if result.collection_id is not None and not no_silver:
-        from transform import build_silver
+        from tracebank.transform import build_silver
 
         (silver,) = build_silver(wh, (result.collection_id,))
         counts = silver["counts"]

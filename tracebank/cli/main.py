@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from warehouse.errors import TracebankError
+from tracebank.warehouse.errors import TracebankError
 
 # LiteLLM (pulled in by agentlightning) fetches a price map from the internet at
 # import time and stalls without network; the bundled copy is enough.
@@ -46,21 +46,21 @@ class TracebankGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, warehouse_path: str | None, debug: bool) -> None:
     """Durable, SQL-queryable warehouse and trainer for Agent Lightning traces."""
-    from warehouse.layout import Warehouse
+    from tracebank.warehouse.layout import Warehouse
 
     ctx.meta["tracebank.debug"] = debug
     ctx.obj = Warehouse.resolve(warehouse_path)
 
 
 def _register() -> None:
-    from tracebank_cli import sql_cmd
+    from tracebank.cli import sql_cmd
 
     cli.add_command(sql_cmd.sql)
     for module_name in ("collect_cmd", "transform_cmd", "train_cmd", "demo_cmd"):
         try:
-            module = __import__(f"tracebank_cli.{module_name}", fromlist=["COMMANDS"])
+            module = __import__(f"tracebank.cli.{module_name}", fromlist=["COMMANDS"])
         except ModuleNotFoundError as exc:
-            if exc.name != f"tracebank_cli.{module_name}":
+            if exc.name != f"tracebank.cli.{module_name}":
                 raise
             continue
         for command in module.COMMANDS:

@@ -42,8 +42,8 @@ def transform(wh: Any, name: str, collections: tuple[str, ...], top_fraction: fl
     With the defaults the rows are exactly those of Agent Lightning's
     LlmProxyTraceToTriplet + the Unsloth SFT recipe's data step.
     """
-    from transform import TransformConfig
-    from transform import transform as run
+    from tracebank.transform import TransformConfig
+    from tracebank.transform import transform as run
 
     config = TransformConfig(
         name=name, collections=tuple(collections), top_fraction=top_fraction, seed=seed,
@@ -75,8 +75,8 @@ def list_cmd(wh: Any, fmt: str) -> None:
     """Every committed version: name, version, rows, tokens, created, hash."""
     import pyarrow as pa
 
-    from tracebank_cli.output import render
-    from warehouse import catalog
+    from tracebank.cli.output import render
+    from tracebank.warehouse import catalog
 
     wh.check_format()
     rows = []
@@ -150,7 +150,7 @@ def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
 @click.pass_obj
 def show_cmd(wh: Any, ref: str, as_json: bool) -> None:
     """The manifest of NAME@vN (latest version when unversioned)."""
-    from warehouse.catalog import resolve_dataset
+    from tracebank.warehouse.catalog import resolve_dataset
 
     wh.check_format()
     resolved, folder, manifest = resolve_dataset(wh, ref)
