@@ -31,8 +31,9 @@ demo: $(STAMP)  ## Run the whole loop locally: store, proxy, agent, collect, tra
 test: $(STAMP)  ## Run the test suite
 	$(PY) -m pytest -q
 
-lint: $(STAMP)  ## ruff, then mypy on the packages
-	$(VENV)/bin/ruff check $(PACKAGES) tests bench
+lint: $(STAMP)  ## ruff check, ruff format --check, then mypy on the packages
+	$(VENV)/bin/ruff check $(PACKAGES) tests bench scripts
+	$(VENV)/bin/ruff format --check $(PACKAGES) tests bench scripts
 	$(VENV)/bin/mypy $(PACKAGES)
 
 bench: $(STAMP)  ## Benchmarks; numbers go to BENCHMARKS.md

@@ -125,10 +125,10 @@ def _timed(fn: Callable[[], int], server: Any) -> _Run:
 def run() -> str:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import psutil
-
     from tracebank.collect import collect
-    from tests.fixtures.store_server import agl_store_server
     from tracebank.warehouse.layout import Warehouse
+
+    from tests.fixtures.store_server import agl_store_server
 
     with tempfile.TemporaryDirectory() as tmp, agl_store_server(Path(tmp)) as (url, proc):
         server = psutil.Process(proc.pid)
@@ -155,7 +155,7 @@ def run() -> str:
             assert readers[name]() == total, name
         runs: dict[str, list[_Run]] = {name: [] for name in names}
         for i in range(ROUNDS):
-            for name in names[i % 3:] + names[:i % 3]:
+            for name in names[i % 3 :] + names[: i % 3]:
                 runs[name].append(_timed(readers[name], server))
 
     for name, results in runs.items():
@@ -191,18 +191,23 @@ def run() -> str:
         "| reader | best s | median s | spans/s (median) | client CPU s | server CPU s |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    lines += [f"| {label} | {best[key]:.2f} | {median[key]:.2f} | {total / median[key]:,.0f} | "
-              f"{med(key, 'client_cpu'):.2f} | {med(key, 'server_cpu'):.2f} |" for label, key in rows]
+    lines += [
+        f"| {label} | {best[key]:.2f} | {median[key]:.2f} | {total / median[key]:,.0f} | "
+        f"{med(key, 'client_cpu'):.2f} | {med(key, 'server_cpu'):.2f} |"
+        for label, key in rows
+    ]
     lines += [
         "",
         f"- collect / anchor speed: **{vs_anchor:.2f}x** (median of per-round ratios; best runs "
         f"{best['anchor'] / best['collect']:.2f}x; must be >= 1): {'met' if vs_anchor >= 1 else 'NOT met'}",
         f"- collect / bare concurrent speed: **{vs_bare:.2f}** (median of per-round ratios; best runs "
         f"{best['bare'] / best['collect']:.2f}; must be >= 0.90): {'met' if vs_bare >= 0.9 else 'NOT met'}",
-        "- per-round ratios: vs anchor " + ", ".join(f"{r:.2f}" for r in vs_anchor_rounds)
-        + "; vs bare " + ", ".join(f"{r:.2f}" for r in vs_bare_rounds),
-        "- all runs (wall s): " + "; ".join(f"{k} " + ", ".join(f"{w:.2f}" for w in v)
-                                           for k, v in walls.items()),
+        "- per-round ratios: vs anchor "
+        + ", ".join(f"{r:.2f}" for r in vs_anchor_rounds)
+        + "; vs bare "
+        + ", ".join(f"{r:.2f}" for r in vs_bare_rounds),
+        "- all runs (wall s): "
+        + "; ".join(f"{k} " + ", ".join(f"{w:.2f}" for w in v) for k, v in walls.items()),
         "",
     ]
     return "\n".join(lines)

@@ -20,8 +20,10 @@ def machine() -> str:
     import psutil
 
     mem = psutil.virtual_memory().total / 2**30
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"{mem:.0f} GiB RAM, Python {platform.python_version()}, {platform.system()}")
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{mem:.0f} GiB RAM, Python {platform.python_version()}, {platform.system()}"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -51,7 +51,6 @@ def make_version(root: Path) -> tuple[Path, int]:
     """Commit a version of ROWS rows (about MEAN_TOKENS tokens each) with the warehouse protocol."""
     import numpy as np
     import pyarrow as pa
-
     from tracebank.warehouse import schemas
     from tracebank.warehouse.commit import commit_manifest, write_parquet_atomic
     from tracebank.warehouse.layout import Warehouse
@@ -92,7 +91,6 @@ def side(kind: str, parquet: str, cache: str) -> dict[str, float]:
     """One measurement, in this (fresh) process."""
     import datasets  # noqa: F401  (imports are not what is measured)
     import pyarrow.parquet as pq
-
     from tracebank.train.dataset import load_split
 
     datasets.disable_progress_bars()

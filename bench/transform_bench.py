@@ -47,7 +47,9 @@ def rss_mib():
     return _status("VmHWM")
 '''
 
-ORACLE = _DIGEST + '''
+ORACLE = (
+    _DIGEST
+    + """
 import json, logging, sys, time
 import pyarrow.parquet as pq
 import agentlightning as agl
@@ -88,9 +90,12 @@ print(json.dumps({"parse_s": t1 - t0, "adapt_s": t2 - t1, "adapt_cpu_s": c2 - c1
                   "tokens": sum(len(r["input_ids"]) for r in sliced_triplets),
                   "spans": sum(len(v) for v in by_rollout.values()),
                   "digest": digest(sliced_triplets), "base_rss_mib": base, "peak_rss_mib": rss_mib()}))
-'''
+"""
+)
 
-COLD = _DIGEST + '''
+COLD = (
+    _DIGEST
+    + """
 import json, sys, time
 import pyarrow.parquet as pq
 from tracebank.transform import TransformConfig, transform
@@ -106,9 +111,12 @@ print(json.dumps({"cold_s": cold_s, "cold_cpu_s": cold_cpu_s,
                   "rows": cold.manifest["rows"], "tokens": cold.manifest["stats"]["tokens"],
                   "digest": digest(rows), "hash": cold.manifest["content_hash"], "base_rss_mib": base,
                   "peak_rss_mib": peak, "summary": cold.summary()}))
-'''
+"""
+)
 
-WARM = _DIGEST + '''
+WARM = (
+    _DIGEST
+    + """
 import json, sys, time
 from tracebank.transform import TransformConfig, transform
 from tracebank.warehouse.layout import Warehouse
@@ -124,7 +132,8 @@ for _ in range(int(sys.argv[2])):
     assert warm.manifest["counts"]["silver"]["cached"] == 1
 print(json.dumps({"warm_s": times, "warm_cpu_s": cpu, "hashes": sorted(hashes), "rows": warm.manifest["rows"],
                   "base_rss_mib": base, "peak_rss_mib": rss_mib()}))
-'''
+"""
+)
 
 WARM_RUNS = int(os.environ.get("TRANSFORM_BENCH_WARM_RUNS", "9"))
 GOAL = 50.0
@@ -132,8 +141,14 @@ GOAL = 50.0
 
 def _child(code: str, warehouse: Path, *args: str) -> dict:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    out = subprocess.run([sys.executable, "-c", code, str(warehouse), *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(warehouse), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"benchmark child failed:\n{out.stderr[-4000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -142,8 +157,9 @@ def _child(code: str, warehouse: Path, *args: str) -> dict:
 
 def build_collection(root: Path, n_rollouts: int = N_ROLLOUTS) -> tuple[int, float]:
     """Commit the synthetic collection; return (spans, seconds)."""
-    from tests.fixtures.bronze import commit_collection, synthetic_rollouts
     from tracebank.warehouse.layout import Warehouse
+
+    from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 
     start = time.perf_counter()
     wh = Warehouse(root).init()

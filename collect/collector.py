@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.errors import SpansEvictedError
 from tracebank.collect.redact import Redactor
@@ -69,8 +68,10 @@ class CollectResult:
         """The one line the CLI prints at the end."""
         c = self.counts
         head = f"collected {self.collection_id}" if self.committed else "nothing new"
-        return (f"{head}: {c['rollouts']} new rollouts, {c['spans']} spans, {c['skipped']} skipped, "
-                f"{c['evicted']} evicted in {self.seconds['total']:.1f}s")
+        return (
+            f"{head}: {c['rollouts']} new rollouts, {c['spans']} spans, {c['skipped']} skipped, "
+            f"{c['evicted']} evicted in {self.seconds['total']:.1f}s"
+        )
 
 
 def new_collection_id(now: dt.datetime | None = None) -> str:
@@ -89,11 +90,17 @@ def already_collected(wh: Warehouse) -> set[tuple[str, str]]:
             try:
                 table = pq.read_table(path, columns=["rollout_id", "attempt_id"])
             except Exception as exc:  # pyarrow raises several types for a damaged file
-                raise CorruptFileError(f"unreadable Parquet file {path}: {exc}",
-                                       "restore it, or move its collection folder out of the warehouse") \
-                    from exc
-            done.update(zip(table.column("rollout_id").to_pylist(),
-                            table.column("attempt_id").to_pylist(), strict=True))
+                raise CorruptFileError(
+                    f"unreadable Parquet file {path}: {exc}",
+                    "restore it, or move its collection folder out of the warehouse",
+                ) from exc
+            done.update(
+                zip(
+                    table.column("rollout_id").to_pylist(),
+                    table.column("attempt_id").to_pylist(),
+                    strict=True,
+                )
+            )
         for ev in manifest.get("evicted", []):
             done.add((ev["rollout_id"], ev["attempt_id"]))
     return done
@@ -114,8 +121,15 @@ def _versions() -> dict[str, str | None]:
 class _Run:
     """State of one collect run (one event loop)."""
 
-    def __init__(self, src: StoreSource, wh: Warehouse, config: CollectConfig, cid: str,
-                 done: set[tuple[str, str]], progress: Progress | None) -> None:
+    def __init__(
+        self,
+        src: StoreSource,
+        wh: Warehouse,
+        config: CollectConfig,
+        cid: str,
+        done: set[tuple[str, str]],
+        progress: Progress | None,
+    ) -> None:
         self.src = src
         self.config = config
         self.cid = cid
@@ -198,8 +212,9 @@ class _Run:
             try:
                 spans, plain = await self.src.spans(rid, attempt.attempt_id)  # dicts
             except SpansEvictedError as exc:
-                self.evicted.append({"rollout_id": rid, "attempt_id": attempt.attempt_id,
-                                     "reason": exc.message})
+                self.evicted.append(
+                    {"rollout_id": rid, "attempt_id": attempt.attempt_id, "reason": exc.message}
+                )
                 continue
             dicts = spans
             if self.config.redact:
@@ -246,15 +261,17 @@ def _older_objects_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-async def collect_async(source: Any, wh: Warehouse, config: CollectConfig | None = None,
-                        progress: Progress | None = None) -> CollectResult:
+async def collect_async(
+    source: Any, wh: Warehouse, config: CollectConfig | None = None, progress: Progress | None = None
+) -> CollectResult:
     """The coroutine behind :func:`collect`, for callers already inside an event loop."""
     with _older_objects_frozen():
         return await _collect(source, wh, config, progress)
 
 
-async def _collect(source: Any, wh: Warehouse, config: CollectConfig | None,
-                   progress: Progress | None) -> CollectResult:
+async def _collect(
+    source: Any, wh: Warehouse, config: CollectConfig | None, progress: Progress | None
+) -> CollectResult:
     config = (config or CollectConfig()).validate()
     t_start = time.perf_counter()
     created_at = dt.datetime.now(dt.UTC)
@@ -307,9 +324,11 @@ async def _collect(source: Any, wh: Warehouse, config: CollectConfig | None,
             f"{NO_LLM_SPANS_HINT}"
         )
     if run.evicted:
-        warnings.append(f"{len(run.evicted)} attempts had their spans evicted by the store before "
-                        "collect read them; collect more often (the in-memory store evicts the oldest "
-                        "rollouts under memory pressure)")
+        warnings.append(
+            f"{len(run.evicted)} attempts had their spans evicted by the store before "
+            "collect read them; collect more often (the in-memory store evicts the oldest "
+            "rollouts under memory pressure)"
+        )
     redaction = {"enabled": config.redact, "values_redacted": run.redactor.count}
     seconds = {"connect": t_open - t_start, "list": run.list_seconds, "fetch": t_fetch - t_open}
 
@@ -317,15 +336,22 @@ async def _collect(source: Any, wh: Warehouse, config: CollectConfig | None,
     if not has_new:
         seconds["write"] = 0.0
         seconds["total"] = time.perf_counter() - t_start
-        return CollectResult(None, None, src.description, counts, _rounded(seconds), [], warnings,
-                             redaction)
+        return CollectResult(None, None, src.description, counts, _rounded(seconds), [], warnings, redaction)
 
     files = list(span_entries)
     if run.attempts:
-        files.insert(0, await asyncio.to_thread(
-            write_table, run.folder, "rollouts", bronze.rollouts_table(run.rollouts.values(), cid)))
-        files.insert(1, await asyncio.to_thread(
-            write_table, run.folder, "attempts", bronze.attempts_table(run.attempts, cid)))
+        files.insert(
+            0,
+            await asyncio.to_thread(
+                write_table, run.folder, "rollouts", bronze.rollouts_table(run.rollouts.values(), cid)
+            ),
+        )
+        files.insert(
+            1,
+            await asyncio.to_thread(
+                write_table, run.folder, "attempts", bronze.attempts_table(run.attempts, cid)
+            ),
+        )
     seconds["write"] = time.perf_counter() - t_fetch
     seconds["total"] = time.perf_counter() - t_start
     manifest = {
@@ -347,16 +373,18 @@ async def _collect(source: Any, wh: Warehouse, config: CollectConfig | None,
         "files": files,
     }
     await asyncio.to_thread(commit_manifest, run.folder, manifest)
-    return CollectResult(cid, run.folder, src.description, counts, _rounded(seconds), run.evicted,
-                         warnings, redaction)
+    return CollectResult(
+        cid, run.folder, src.description, counts, _rounded(seconds), run.evicted, warnings, redaction
+    )
 
 
 def _rounded(seconds: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in seconds.items()}
 
 
-def collect(source: Any, wh: Warehouse, config: CollectConfig | None = None,
-            progress: Progress | None = None) -> CollectResult:
+def collect(
+    source: Any, wh: Warehouse, config: CollectConfig | None = None, progress: Progress | None = None
+) -> CollectResult:
     """Collect new rollouts from ``source`` (a store URL or a LightningStore) into ``wh``.
 
     Commits one new collection, or nothing when every matching attempt is

@@ -36,6 +36,7 @@ _LONG_DIGITS = b"0" * 19
 def _long_digits(raw: bytes) -> bool:
     return _LONG_DIGITS in raw.translate(_DIGITS_TO_ZERO)
 
+
 # bronze.to_json's exact settings, built once: json.dumps would build an encoder per call.
 _encode_exact = json.JSONEncoder(sort_keys=True, default=str, allow_nan=True).encode
 

@@ -46,10 +46,31 @@ _NOT_SECRET = re.compile(
 # What must follow a credential word for a string to hold a pair worth scrubbing: the rest of
 # the key, an optional closing quote, then ': "' (a dict) or '=' (a query string).
 _PAIR_TAIL = re.compile(r"""[\w-]*['"]?\s*(?::\s*['"]|=)""")
-_PAIR_WORDS = ("key", "authorization", "header", "passw", "passphrase", "secret", "token", "cookie",
-               "credential")
-_WORDS = ("key", "auth", "header", "passw", "passphrase", "secret", "token", "cookie", "credential",
-          "bearer", "basic", "sk-")
+_PAIR_WORDS = (
+    "key",
+    "authorization",
+    "header",
+    "passw",
+    "passphrase",
+    "secret",
+    "token",
+    "cookie",
+    "credential",
+)
+_WORDS = (
+    "key",
+    "auth",
+    "header",
+    "passw",
+    "passphrase",
+    "secret",
+    "token",
+    "cookie",
+    "credential",
+    "bearer",
+    "basic",
+    "sk-",
+)
 _QUOTED_PAIR = re.compile(
     r"""(?P<q>['"])(?P<key>[^'"\\\n]{1,200})(?P=q)(?P<sep>\s*:\s*)"""
     r"""(?P<vq>['"])(?P<val>(?:\\.|(?!(?P=vq))[^\\])*)(?P=vq)"""

@@ -38,7 +38,9 @@ def check_url(url: str) -> str:
     """``url`` without a trailing slash, or a CollectUsageError saying what a store URL looks like."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CollectUsageError(f"invalid store URL {url!r}", "use http://HOST:PORT, e.g. http://127.0.0.1:4747")
+        raise CollectUsageError(
+            f"invalid store URL {url!r}", "use http://HOST:PORT, e.g. http://127.0.0.1:4747"
+        )
     try:
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:
@@ -71,8 +73,8 @@ class StoreSource:
 
             client = LightningStoreClient(
                 url,
-                retry_delays=(),            # our retries, see _with_retries
-                health_retry_delays=(),     # no background health probing between them
+                retry_delays=(),  # our retries, see _with_retries
+                health_retry_delays=(),  # no background health probing between them
                 request_timeout=config.request_timeout_s,
                 connection_timeout=min(config.request_timeout_s, 10.0),
             )
@@ -112,12 +114,14 @@ class StoreSource:
     async def attempts(self, rollout_id: str) -> list[Any]:
         """Every attempt of a rollout, in sequence order."""
         result = await self._with_retries(
-            lambda: self.store.query_attempts(rollout_id, sort_by="sequence_id"), "query_attempts")
+            lambda: self.store.query_attempts(rollout_id, sort_by="sequence_id"), "query_attempts"
+        )
         return list(result.items)
 
     async def latest_attempt(self, rollout_id: str) -> Any | None:
-        return await self._with_retries(lambda: self.store.get_latest_attempt(rollout_id),
-                                        "get_latest_attempt")
+        return await self._with_retries(
+            lambda: self.store.get_latest_attempt(rollout_id), "get_latest_attempt"
+        )
 
     async def spans(self, rollout_id: str, attempt_id: str) -> tuple[list[dict[str, Any]], bool]:
         """Span dicts of one attempt in sequence order, and whether they are plain JSON values
@@ -126,16 +130,31 @@ class StoreSource:
             # The client's query_spans validates every item into a Span, and the archive needs
             # dicts again: post the very request it sends and take the server's JSON items as
             # they are (exactly what the client would validate), parsed from the raw bytes.
-            body = fastjson.dumps({"rollout_id": rollout_id, "attempt_id": attempt_id, "limit": -1,
-                                   "offset": 0, "filter_logic": "and", "sort_by": "sequence_id",
-                                   "sort_order": "asc"})
-            raw = await self._with_retries(lambda: self._post(SPANS_SEARCH_PATH, body),
-                                           "query_spans", rollout_id=rollout_id, attempt_id=attempt_id)
+            body = fastjson.dumps(
+                {
+                    "rollout_id": rollout_id,
+                    "attempt_id": attempt_id,
+                    "limit": -1,
+                    "offset": 0,
+                    "filter_logic": "and",
+                    "sort_by": "sequence_id",
+                    "sort_order": "asc",
+                }
+            )
+            raw = await self._with_retries(
+                lambda: self._post(SPANS_SEARCH_PATH, body),
+                "query_spans",
+                rollout_id=rollout_id,
+                attempt_id=attempt_id,
+            )
             data, plain = fastjson.loads(raw)
             return list(data["items"]), plain
         result = await self._with_retries(
             lambda: self.store.query_spans(rollout_id, attempt_id, sort_by="sequence_id"),
-            "query_spans", rollout_id=rollout_id, attempt_id=attempt_id)
+            "query_spans",
+            rollout_id=rollout_id,
+            attempt_id=attempt_id,
+        )
         return [span.model_dump() for span in result.items], False
 
     async def _post(self, path: str, body: bytes) -> bytes:
@@ -145,10 +164,12 @@ class StoreSource:
         if self._http is None or self._http.closed:
             # One session per run with the client's timeouts; a keep-alive connection per
             # query in flight, as the client's own session would hold.
-            timeout = aiohttp.ClientTimeout(total=self.config.request_timeout_s,
-                                            connect=min(self.config.request_timeout_s, 10.0),
-                                            sock_connect=min(self.config.request_timeout_s, 10.0),
-                                            sock_read=self.config.request_timeout_s)
+            timeout = aiohttp.ClientTimeout(
+                total=self.config.request_timeout_s,
+                connect=min(self.config.request_timeout_s, 10.0),
+                sock_connect=min(self.config.request_timeout_s, 10.0),
+                sock_read=self.config.request_timeout_s,
+            )
             self._http = aiohttp.ClientSession(timeout=timeout)
         async with self._http.post(f"{self.url}{path}", data=body, headers=_JSON_HEADERS) as resp:
             resp.raise_for_status()
@@ -156,8 +177,13 @@ class StoreSource:
 
     # Retries ----------------------------------------------------------------------
 
-    async def _with_retries(self, call: Callable[[], Awaitable[T]], what: str,
-                            rollout_id: str | None = None, attempt_id: str | None = None) -> T:
+    async def _with_retries(
+        self,
+        call: Callable[[], Awaitable[T]],
+        what: str,
+        rollout_id: str | None = None,
+        attempt_id: str | None = None,
+    ) -> T:
         cfg = self.config
         last: BaseException | None = None
         for attempt in range(cfg.retries + 1):
@@ -169,8 +195,9 @@ class StoreSource:
             except Exception as exc:  # classified below; anything unknown is final
                 kind = await self._classify(exc, rollout_id, attempt_id)
                 if kind == "evicted":
-                    raise SpansEvictedError(f"spans of rollout {rollout_id} were evicted by the store: "
-                                            f"{_describe(exc)}") from exc
+                    raise SpansEvictedError(
+                        f"spans of rollout {rollout_id} were evicted by the store: {_describe(exc)}"
+                    ) from exc
                 if kind == "final":
                     raise StoreRequestError(f"{what} failed at {self.description}: {_describe(exc)}") from exc
                 last = exc
@@ -179,8 +206,7 @@ class StoreSource:
             "is the store overloaded or restarting? rerun collect; it resumes where it stopped",
         ) from last
 
-    async def _classify(self, exc: BaseException, rollout_id: str | None,
-                        attempt_id: str | None) -> str:
+    async def _classify(self, exc: BaseException, rollout_id: str | None, attempt_id: str | None) -> str:
         """``evicted``, ``transient`` or ``final``."""
         import aiohttp
 
@@ -191,14 +217,16 @@ class StoreSource:
                 # The server turns the store's RuntimeError into a bare 500 and the client
                 # drops the body; ask again to read why before deciding to retry.
                 if rollout_id is not None and self.url is not None:
-                    body = await _spans_error_body(self.url, rollout_id, attempt_id,
-                                                   self.config.request_timeout_s)
+                    body = await _spans_error_body(
+                        self.url, rollout_id, attempt_id, self.config.request_timeout_s
+                    )
                     if _EVICTED.search(body):
                         return "evicted"
                 return "transient"
             return "transient" if exc.status in (408, 425, 429) else "final"
-        if isinstance(exc, aiohttp.ClientConnectionError | asyncio.TimeoutError | ConnectionError
-                      | Transient):
+        if isinstance(
+            exc, aiohttp.ClientConnectionError | asyncio.TimeoutError | ConnectionError | Transient
+        ):
             return "transient"
         return "final"
 
@@ -215,8 +243,7 @@ async def _check_health(url: str, timeout_s: float) -> None:
 
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.get(url + HEALTH_PATH) as resp:
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url + HEALTH_PATH) as resp:
             if resp.status == 200:
                 return
             reason = f"health check answered HTTP {resp.status}"
@@ -239,8 +266,10 @@ async def _spans_error_body(url: str, rollout_id: str, attempt_id: str | None, t
     if attempt_id is not None:
         payload["attempt_id"] = attempt_id
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session, \
-                session.post(url + SPANS_SEARCH_PATH, json=payload) as resp:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
+            session.post(url + SPANS_SEARCH_PATH, json=payload) as resp,
+        ):
             return await resp.text() if resp.status >= 500 else ""
     except (TimeoutError, aiohttp.ClientError, OSError):
         return ""

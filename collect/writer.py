@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
 from tracebank.collect import fastjson
 from tracebank.warehouse import bronze, schemas
 from tracebank.warehouse.commit import write_parquet_atomic

@@ -114,7 +114,6 @@ def _train_with_agentlightning(
 ) -> Any:
     """``agl.Trainer(algorithm=..., n_runners=N, llm_proxy=TracebankLLMProxy(...)).fit(agent, tasks)``."""
     import agentlightning as agl
-
     from tracebank.loop.algorithm import WarehouseSupervisedFinetuning
     from tracebank.loop.toy_agent import make_tasks, toy_agent
     from tracebank.serve.process import free_port

@@ -24,12 +24,27 @@ def agl_store(
     """Run ``agl store --host HOST --port PORT`` (in memory) and yield its URL; stop it on exit."""
     port = port or free_port(host)
     agl = Path(sys.executable).with_name("agl")
-    cmd = [str(agl) if agl.exists() else "agl", "store", "--host", host, "--port", str(port),
-           "--log-level", "WARNING"]
+    cmd = [
+        str(agl) if agl.exists() else "agl",
+        "store",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--log-level",
+        "WARNING",
+    ]
     url = f"http://{host}:{port}"
     try:
-        server = start_server(cmd, url, f"{url}/v1/agl/health", log_path, timeout,
-                              env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"}, label="`agl store`")
+        server = start_server(
+            cmd,
+            url,
+            f"{url}/v1/agl/health",
+            log_path,
+            timeout,
+            env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+            label="`agl store`",
+        )
     except ServerStartError as exc:
         raise LoopError(exc.message, exc.hint or "is agentlightning installed?") from exc
     with server:

@@ -8,7 +8,6 @@ own (so Ctrl-C does not reach it) and would otherwise outlive the round.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import threading
@@ -105,5 +104,12 @@ def launch(
     model = check_model_dir(model)
     port = config.port or free_port(config.host)
     root = f"http://{config.host}:{port}"
-    return start_server(server_command(model, port, config), f"{root}/v1", f"{root}/health", log_path,
-                        config.startup_timeout_s, cancel=cancel, label=f"{config.kind} server")
+    return start_server(
+        server_command(model, port, config),
+        f"{root}/v1",
+        f"{root}/health",
+        log_path,
+        config.startup_timeout_s,
+        cancel=cancel,
+        label=f"{config.kind} server",
+    )

@@ -90,12 +90,12 @@ def printer(prefix: str):
 def memorise(work: Path, backend: str) -> dict[str, Any]:
     """Train the tiny model on the QA set, then load the merged output on the GPU and ask it."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from tests.fixtures.datasets import QA_PAIRS, SYSTEM, load_tokenizer, qa_rows, write_dataset
     from tracebank.train import TrainConfig, train
     from tracebank.train.tiny_model import build_tiny_model
     from tracebank.warehouse.layout import Warehouse
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.fixtures.datasets import QA_PAIRS, SYSTEM, load_tokenizer, qa_rows, write_dataset
 
     model_dir = work / "tiny"
     if not model_dir.exists():
@@ -155,11 +155,11 @@ def memorise(work: Path, backend: str) -> dict[str, Any]:
 def throughput(work: Path, rows: int, length: int, hidden: int, layers: int, steps: int) -> dict[str, Any]:
     """Tokens/s of the TRL+PEFT path on a bigger model of the same family (random weights and tokens)."""
     import numpy as np
-
-    from tests.fixtures.datasets import write_dataset
     from tracebank.train import TrainConfig, train
     from tracebank.train.tiny_model import build_tiny_model
     from tracebank.warehouse.layout import Warehouse
+
+    from tests.fixtures.datasets import write_dataset
 
     model_dir = build_tiny_model(
         work / f"model-{hidden}x{layers}", seed=0, hidden_size=hidden, num_layers=layers

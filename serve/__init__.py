@@ -7,7 +7,13 @@ subclass is ``serve.proxy.TracebankLLMProxy`` (built on first access).
 
 from tracebank.serve.config import CpuServerConfig, ProxyConfig
 from tracebank.serve.errors import ModelLoadError, ProxyError, ServeError, ServerStartError, ServeUsageError
-from tracebank.serve.process import ServerProcess, cpu_server_command, free_port, start_cpu_server, start_server
+from tracebank.serve.process import (
+    ServerProcess,
+    cpu_server_command,
+    free_port,
+    start_cpu_server,
+    start_server,
+)
 from tracebank.serve.proxy import (
     generate_api_key,
     make_llm_proxy,
@@ -18,8 +24,22 @@ from tracebank.serve.proxy import (
 )
 
 __all__ = [
-    "CpuServerConfig", "ModelLoadError", "ProxyConfig", "ProxyError", "ServeError", "ServeUsageError",
-    "ServerProcess", "ServerStartError", "cpu_server_command", "free_port", "generate_api_key",
-    "make_llm_proxy", "model_list", "otlp_exporter_binds_endpoint_at_init", "running_llm_proxy",
-    "start_cpu_server", "start_llm_proxy", "start_server",
+    "CpuServerConfig",
+    "ModelLoadError",
+    "ProxyConfig",
+    "ProxyError",
+    "ServeError",
+    "ServeUsageError",
+    "ServerProcess",
+    "ServerStartError",
+    "cpu_server_command",
+    "free_port",
+    "generate_api_key",
+    "make_llm_proxy",
+    "model_list",
+    "otlp_exporter_binds_endpoint_at_init",
+    "running_llm_proxy",
+    "start_cpu_server",
+    "start_llm_proxy",
+    "start_server",
 ]

@@ -105,8 +105,7 @@ def _message_text(content: Any) -> str:
             else:
                 raise RequestError("only text content parts are supported", param="messages")
         return "\n".join(texts)
-    raise RequestError(f"message content of type {type(content).__name__} is not supported",
-                       param="messages")
+    raise RequestError(f"message content of type {type(content).__name__} is not supported", param="messages")
 
 
 def normalise_messages(messages: Any) -> list[dict[str, Any]]:
@@ -132,24 +131,28 @@ class ChatModel:
             torch.set_num_threads(config.threads)
         folder = Path(config.model)
         if not (folder / "config.json").is_file():
-            raise ModelLoadError(f"{folder} is not a model folder (no config.json)",
-                                 "pass a local Hugging Face model folder to --model")
+            raise ModelLoadError(
+                f"{folder} is not a model folder (no config.json)",
+                "pass a local Hugging Face model folder to --model",
+            )
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
             self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
         except Exception as exc:  # transformers raises many types; the user needs one line
             raise ModelLoadError(f"cannot load the model in {folder}: {exc}".splitlines()[0]) from exc
         if not getattr(self.tokenizer, "chat_template", None):
-            raise ModelLoadError(f"the tokenizer in {folder} has no chat template",
-                                 "use an instruct/chat model folder")
+            raise ModelLoadError(
+                f"the tokenizer in {folder} has no chat template", "use an instruct/chat model folder"
+            )
         self.model.eval()
         self.name = config.model_name
         self.root = str(folder)
         positions = getattr(self.model.config, "max_position_embeddings", None) or 2048
         self.max_model_len = int(config.max_model_len or positions)
         if self.max_model_len > positions:
-            raise ServeUsageError(f"--max-model-len {self.max_model_len} exceeds the model's "
-                                  f"{positions} positions")
+            raise ServeUsageError(
+                f"--max-model-len {self.max_model_len} exceeds the model's {positions} positions"
+            )
         self.default_max_tokens = config.default_max_tokens
         eos = self.model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
@@ -161,31 +164,44 @@ class ChatModel:
         self.default_sampling = {k: diff[k] for k in ("temperature", "top_p", "top_k") if k in diff}
         self.lock = threading.Lock()
 
-    def render(self, messages: list[dict[str, Any]], tools: Any = None,
-               chat_template_kwargs: dict[str, Any] | None = None) -> tuple[str, list[int]]:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Any = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[str, list[int]]:
         """The chat template text (with the generation prompt) and its token ids."""
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                messages,
+                tools=tools or None,
+                add_generation_prompt=True,
+                tokenize=False,
                 **(chat_template_kwargs or {}),
             )
         except Exception as exc:  # jinja errors: a message the template cannot render
-            raise RequestError(f"the chat template cannot render these messages: {exc}",
-                               param="messages") from exc
+            raise RequestError(
+                f"the chat template cannot render these messages: {exc}", param="messages"
+            ) from exc
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return str(text), [int(i) for i in ids]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
 
-    def generate(self, prompt_ids: list[int], spec: SamplingSpec,
-                 on_text: Callable[[str, list[int]], None] | None = None) -> Generation:
+    def generate(
+        self,
+        prompt_ids: list[int],
+        spec: SamplingSpec,
+        on_text: Callable[[str, list[int]], None] | None = None,
+    ) -> Generation:
         """Generate one completion; ``on_text(delta, new_ids)`` streams it as it grows."""
         import torch
 
         result = Generation()
         generator = torch.Generator().manual_seed(
-            spec.seed if spec.seed is not None else secrets.randbits(63))
+            spec.seed if spec.seed is not None else secrets.randbits(63)
+        )
         stop_ids = set(spec.stop_token_ids) | (set() if spec.ignore_eos else set(self.eos_token_ids))
         # Text that could still turn out to start a stop string is held back while streaming.
         hold = max((len(s) for s in spec.stop), default=1) - 1
@@ -208,7 +224,7 @@ class ChatModel:
                 text = self.decode(result.token_ids, spec.skip_special_tokens)
                 hit = self._find_stop(text, spec.stop, sent_chars)
                 if hit is not None:
-                    text = text[:hit[0]]
+                    text = text[: hit[0]]
                     result.finish_reason, result.stop_reason = "stop", hit[1]
                     break
                 if on_text is not None:
@@ -269,9 +285,12 @@ def sampling_spec(body: dict[str, Any], model: ChatModel, prompt_len: int) -> Sa
         raise RequestError("the CPU server generates one choice per request (n=1)", param="n")
     room = model.max_model_len - prompt_len
     if room <= 0:
-        raise RequestError(f"This model's maximum context length is {model.max_model_len} tokens. "
-                           f"However, your messages resulted in {prompt_len} tokens. "
-                           "Please reduce the length of the messages.", param="messages")
+        raise RequestError(
+            f"This model's maximum context length is {model.max_model_len} tokens. "
+            f"However, your messages resulted in {prompt_len} tokens. "
+            "Please reduce the length of the messages.",
+            param="messages",
+        )
     requested = body.get("max_completion_tokens")
     key = "max_completion_tokens"
     if requested is None:
@@ -286,7 +305,9 @@ def sampling_spec(body: dict[str, Any], model: ChatModel, prompt_len: int) -> Sa
             raise RequestError(
                 f"This model's maximum context length is {model.max_model_len} tokens. However, you "
                 f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} "
-                "in the completion). Please reduce the length of the messages or completion.", param=key)
+                "in the completion). Please reduce the length of the messages or completion.",
+                param=key,
+            )
     temperature = _number(body, "temperature", float, model.default_sampling.get("temperature", 1.0))
     top_p = _number(body, "top_p", float, model.default_sampling.get("top_p", 1.0))
     top_k = _number(body, "top_k", int, model.default_sampling.get("top_k", 0))
@@ -302,8 +323,14 @@ def sampling_spec(body: dict[str, Any], model: ChatModel, prompt_len: int) -> Sa
         raise RequestError("stop_token_ids must be a list of integers", param="stop_token_ids")
     seed = _number(body, "seed", int, None)
     return SamplingSpec(
-        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-        stop=tuple(stop), stop_token_ids=tuple(stop_ids), ignore_eos=bool(body.get("ignore_eos")),
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        stop=tuple(stop),
+        stop_token_ids=tuple(stop_ids),
+        ignore_eos=bool(body.get("ignore_eos")),
         skip_special_tokens=bool(body.get("skip_special_tokens", True)),
     )
 
@@ -335,15 +362,22 @@ def prepare(body: Any, model: ChatModel) -> PreparedRequest:
     text, ids = model.render(messages, tools, kwargs if isinstance(kwargs, dict) else None)
     options = body.get("stream_options") or {}
     return PreparedRequest(
-        prompt_text=text, prompt_ids=ids, spec=sampling_spec(body, model, len(ids)),
-        return_token_ids=bool(body.get("return_token_ids")), stream=bool(body.get("stream")),
+        prompt_text=text,
+        prompt_ids=ids,
+        spec=sampling_spec(body, model, len(ids)),
+        return_token_ids=bool(body.get("return_token_ids")),
+        stream=bool(body.get("stream")),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
     )
 
 
 def _usage(prompt: int, completion: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-            "prompt_tokens_details": None}
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": None,
+    }
 
 
 def completion_body(req: PreparedRequest, gen: Generation, model_name: str) -> dict[str, Any]:
@@ -356,8 +390,12 @@ def completion_body(req: PreparedRequest, gen: Generation, model_name: str) -> d
         "stop_reason": gen.stop_reason,
     }
     body: dict[str, Any] = {
-        "id": req.request_id, "object": "chat.completion", "created": req.created, "model": model_name,
-        "choices": [choice], "usage": _usage(len(req.prompt_ids), len(gen.token_ids)),
+        "id": req.request_id,
+        "object": "chat.completion",
+        "created": req.created,
+        "model": model_name,
+        "choices": [choice],
+        "usage": _usage(len(req.prompt_ids), len(gen.token_ids)),
     }
     if req.return_token_ids:
         choice["token_ids"] = list(gen.token_ids)
@@ -365,17 +403,28 @@ def completion_body(req: PreparedRequest, gen: Generation, model_name: str) -> d
     return body
 
 
-def stream_chunk(req: PreparedRequest, model_name: str, delta: dict[str, Any],
-                 finish_reason: str | None = None, token_ids: list[int] | None = None,
-                 first: bool = False, stop_reason: Any = None) -> dict[str, Any]:
+def stream_chunk(
+    req: PreparedRequest,
+    model_name: str,
+    delta: dict[str, Any],
+    finish_reason: str | None = None,
+    token_ids: list[int] | None = None,
+    first: bool = False,
+    stop_reason: Any = None,
+) -> dict[str, Any]:
     """One ``chat.completion.chunk``, in vLLM's ChatCompletionStreamResponse shape."""
     choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
     if finish_reason is not None:
         choice["stop_reason"] = stop_reason
     if req.return_token_ids and token_ids is not None:
         choice["token_ids"] = list(token_ids)
-    chunk: dict[str, Any] = {"id": req.request_id, "object": "chat.completion.chunk",
-                             "created": req.created, "model": model_name, "choices": [choice]}
+    chunk: dict[str, Any] = {
+        "id": req.request_id,
+        "object": "chat.completion.chunk",
+        "created": req.created,
+        "model": model_name,
+        "choices": [choice],
+    }
     if req.return_token_ids and first:
         chunk["prompt_token_ids"] = list(req.prompt_ids)
     return chunk
@@ -393,8 +442,11 @@ def iter_stream(req: PreparedRequest, model: ChatModel) -> Iterator[str]:
     def work() -> None:
         try:
             with model.lock:
-                gen = model.generate(req.prompt_ids, req.spec,
-                                     on_text=lambda text, ids: events.put(("piece", (text, list(ids)))))
+                gen = model.generate(
+                    req.prompt_ids,
+                    req.spec,
+                    on_text=lambda text, ids: events.put(("piece", (text, list(ids)))),
+                )
             events.put(("done", gen))
         except Exception as exc:  # reported in-band: the 200 status line has already gone out
             events.put(("error", exc))
@@ -416,12 +468,27 @@ def iter_stream(req: PreparedRequest, model: ChatModel) -> Iterator[str]:
         gen = value
         break
     text, ids = held if held is not None else ("", [])
-    yield sse(stream_chunk(req, model.name, {"content": text}, token_ids=ids,
-                           finish_reason=gen.finish_reason, stop_reason=gen.stop_reason))
+    yield sse(
+        stream_chunk(
+            req,
+            model.name,
+            {"content": text},
+            token_ids=ids,
+            finish_reason=gen.finish_reason,
+            stop_reason=gen.stop_reason,
+        )
+    )
     if req.include_usage:
-        yield sse({"id": req.request_id, "object": "chat.completion.chunk", "created": req.created,
-                   "model": model.name, "choices": [], "usage": _usage(len(req.prompt_ids),
-                                                                        len(gen.token_ids))})
+        yield sse(
+            {
+                "id": req.request_id,
+                "object": "chat.completion.chunk",
+                "created": req.created,
+                "model": model.name,
+                "choices": [],
+                "usage": _usage(len(req.prompt_ids), len(gen.token_ids)),
+            }
+        )
     yield "data: [DONE]\n\n"
 
 
@@ -440,10 +507,23 @@ def create_app(model: ChatModel) -> Any:
         return Response(status_code=200)
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{
-            "id": model.name, "object": "model", "created": int(time.time()), "owned_by": "tracebank",
-            "root": model.root, "parent": None, "max_model_len": model.max_model_len, "permission": [],
-        }]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": model.name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "tracebank",
+                        "root": model.root,
+                        "parent": None,
+                        "max_model_len": model.max_model_len,
+                        "permission": [],
+                    }
+                ],
+            }
+        )
 
     async def chat(request: Request) -> Response:
         try:
@@ -480,9 +560,15 @@ def parse_args(argv: list[str] | None = None) -> CpuServerConfig:
     parser.add_argument("--default-max-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=None)
     a = parser.parse_args(argv)
-    return CpuServerConfig(model=Path(a.model), host=a.host, port=a.port,
-                           served_model_name=a.served_model_name, max_model_len=a.max_model_len,
-                           default_max_tokens=a.default_max_tokens, threads=a.threads)
+    return CpuServerConfig(
+        model=Path(a.model),
+        host=a.host,
+        port=a.port,
+        served_model_name=a.served_model_name,
+        max_model_len=a.max_model_len,
+        default_max_tokens=a.default_max_tokens,
+        threads=a.threads,
+    )
 
 
 def serve(config: CpuServerConfig) -> None:
@@ -491,8 +577,11 @@ def serve(config: CpuServerConfig) -> None:
 
     model = ChatModel(config)
     app = create_app(model)
-    print(f"tracebank CPU server: {model.name} on http://{config.host}:{config.port}", file=sys.stderr,
-          flush=True)
+    print(
+        f"tracebank CPU server: {model.name} on http://{config.host}:{config.port}",
+        file=sys.stderr,
+        flush=True,
+    )
     uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
 
 

@@ -40,12 +40,28 @@ def is_healthy(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def cpu_server_command(model: str | Path, port: int, host: str = "127.0.0.1",
-                       served_model_name: str | None = None, max_model_len: int | None = None,
-                       default_max_tokens: int | None = None, threads: int | None = None) -> list[str]:
+def cpu_server_command(
+    model: str | Path,
+    port: int,
+    host: str = "127.0.0.1",
+    served_model_name: str | None = None,
+    max_model_len: int | None = None,
+    default_max_tokens: int | None = None,
+    threads: int | None = None,
+) -> list[str]:
     """The command line that serves ``model`` with the CPU server, like ``vllm serve`` would."""
-    cmd = [sys.executable, "-P", "-m", "tracebank.serve.cpu_server", "--model", str(model), "--host", host,
-           "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "tracebank.serve.cpu_server",
+        "--model",
+        str(model),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     if served_model_name:
         cmd += ["--served-model-name", served_model_name]
     if max_model_len:
@@ -88,14 +104,22 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 
-def start_server(command: Sequence[str], base_url: str, health_url: str, log_path: Path | None = None,
-                 timeout: float = 120.0, env: dict[str, str] | None = None,
-                 cancel: threading.Event | None = None, label: str = "model server") -> ServerProcess:
+def start_server(
+    command: Sequence[str],
+    base_url: str,
+    health_url: str,
+    log_path: Path | None = None,
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+    cancel: threading.Event | None = None,
+    label: str = "model server",
+) -> ServerProcess:
     """Start ``command`` in its own process group and wait until ``health_url`` answers 200.
 
     Raises ServerStartError (with the last log line) if it exits, stays unhealthy or
@@ -106,9 +130,14 @@ def start_server(command: Sequence[str], base_url: str, health_url: str, log_pat
         log_path.parent.mkdir(parents=True, exist_ok=True)
     log: IO[bytes] | int = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
     try:
-        proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            list(command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
     except OSError as exc:
         raise ServerStartError(f"cannot run {command[0]}: {exc}") from exc
     finally:
@@ -121,8 +150,11 @@ def start_server(command: Sequence[str], base_url: str, health_url: str, log_pat
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 tail = server.log_tail(800).strip().splitlines()
-                raise ServerStartError(f"{label} exited with {proc.returncode} before it was healthy"
-                                       + (f": {tail[-1]}" if tail else ""), hint)
+                raise ServerStartError(
+                    f"{label} exited with {proc.returncode} before it was healthy"
+                    + (f": {tail[-1]}" if tail else ""),
+                    hint,
+                )
             if is_healthy(health_url):
                 return server
             if cancel is not None and cancel.is_set():
@@ -134,13 +166,19 @@ def start_server(command: Sequence[str], base_url: str, health_url: str, log_pat
         raise
 
 
-def start_cpu_server(model: str | Path, port: int | None = None, host: str = "127.0.0.1",
-                     served_model_name: str | None = None, max_model_len: int | None = None,
-                     default_max_tokens: int | None = None, log_path: Path | None = None,
-                     timeout: float = 120.0, threads: int | None = None) -> ServerProcess:
+def start_cpu_server(
+    model: str | Path,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    served_model_name: str | None = None,
+    max_model_len: int | None = None,
+    default_max_tokens: int | None = None,
+    log_path: Path | None = None,
+    timeout: float = 120.0,
+    threads: int | None = None,
+) -> ServerProcess:
     """Serve ``model`` with ``python -m tracebank.serve.cpu_server`` on ``port`` (a free one when None)."""
     port = port or free_port(host)
-    cmd = cpu_server_command(model, port, host, served_model_name, max_model_len, default_max_tokens,
-                             threads)
+    cmd = cpu_server_command(model, port, host, served_model_name, max_model_len, default_max_tokens, threads)
     root = f"http://{host}:{port}"
     return start_server(cmd, f"{root}/v1", f"{root}/health", log_path, timeout)

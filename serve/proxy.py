@@ -59,8 +59,12 @@ from tracebank.serve.process import free_port
 
 #: Where LiteLLM answers health probes without a key (``/health`` needs one and calls the backend).
 LIVELINESS_PATH = "/health/liveliness"
-CLASS_NAMES = ("EndpointFollowingOTLPExporter", "StoreBoundSpanExporter", "StoreBoundOpenTelemetry",
-               "TracebankLLMProxy")
+CLASS_NAMES = (
+    "EndpointFollowingOTLPExporter",
+    "StoreBoundSpanExporter",
+    "StoreBoundOpenTelemetry",
+    "TracebankLLMProxy",
+)
 
 
 def generate_api_key() -> str:
@@ -131,8 +135,10 @@ def _classes() -> dict[str, type]:
             super().__init__(_store)
             stock = getattr(self, "_otlp_exporter", None)
             if stock is None or not hasattr(stock, "_endpoint"):
-                raise ProxyError("this agentlightning release has no LightningSpanExporter._otlp_exporter",
-                                 "tracebank's span-export fix targets agentlightning 0.3.x")
+                raise ProxyError(
+                    "this agentlightning release has no LightningSpanExporter._otlp_exporter",
+                    "tracebank's span-export fix targets agentlightning 0.3.x",
+                )
             self._otlp_exporter = EndpointFollowingOTLPExporter(stock._endpoint)
             stock.shutdown()
 
@@ -150,20 +156,32 @@ def _classes() -> dict[str, type]:
         docstring) and ``fix_otlp_exporter`` (False only to show the stock loss in tests).
         """
 
-        def __init__(self, *args: Any, api_key: str | None = None, fix_otlp_exporter: bool = True,
-                     litellm_config: dict[str, Any] | None = None, callbacks: Any = None,
-                     **kwargs: Any) -> None:
+        def __init__(
+            self,
+            *args: Any,
+            api_key: str | None = None,
+            fix_otlp_exporter: bool = True,
+            litellm_config: dict[str, Any] | None = None,
+            callbacks: Any = None,
+            **kwargs: Any,
+        ) -> None:
             config = dict(litellm_config or {})
             general = dict(config.get("general_settings") or {})
-            key = api_key or general.get("master_key") or os.environ.get("LITELLM_MASTER_KEY") \
+            key = (
+                api_key
+                or general.get("master_key")
+                or os.environ.get("LITELLM_MASTER_KEY")
                 or generate_api_key()
+            )
             general["master_key"] = key
             config["general_settings"] = general
             self.api_key: str = key
             callbacks = list(callbacks) if callbacks is not None else ["return_token_ids", "opentelemetry"]
             if fix_otlp_exporter:
-                callbacks = [StoreBoundOpenTelemetry if c in ("opentelemetry", LightningOpenTelemetry) else c
-                             for c in callbacks]
+                callbacks = [
+                    StoreBoundOpenTelemetry if c in ("opentelemetry", LightningOpenTelemetry) else c
+                    for c in callbacks
+                ]
             super().__init__(*args, litellm_config=config, callbacks=callbacks, **kwargs)
             self.server_launcher_args.healthcheck_url = LIVELINESS_PATH
 
@@ -172,8 +190,12 @@ def _classes() -> dict[str, type]:
             return super().as_resource(*args, **kwargs).model_copy(update={"api_key": self.api_key})
 
     built: dict[str, type] = {}
-    for cls in (EndpointFollowingOTLPExporter, StoreBoundSpanExporter, StoreBoundOpenTelemetry,
-                TracebankLLMProxy):
+    for cls in (
+        EndpointFollowingOTLPExporter,
+        StoreBoundSpanExporter,
+        StoreBoundOpenTelemetry,
+        TracebankLLMProxy,
+    ):
         cls.__module__, cls.__qualname__ = __name__, cls.__name__
         built[cls.__name__] = cls
     return built
@@ -189,10 +211,15 @@ def __getattr__(name: str) -> Any:
 
 def model_list(config: ProxyConfig) -> list[dict[str, Any]]:
     """LiteLLM's model_list for one vLLM-format backend (``hosted_vllm/`` turns on token ids)."""
-    return [{
-        "model_name": config.model_name or config.backend_model,
-        "litellm_params": {"model": f"hosted_vllm/{config.backend_model}", "api_base": config.backend_url},
-    }]
+    return [
+        {
+            "model_name": config.model_name or config.backend_model,
+            "litellm_params": {
+                "model": f"hosted_vllm/{config.backend_model}",
+                "api_base": config.backend_url,
+            },
+        }
+    ]
 
 
 def make_llm_proxy(store: Any, config: ProxyConfig) -> Any:
@@ -202,9 +229,15 @@ def make_llm_proxy(store: Any, config: ProxyConfig) -> Any:
 
         store = LightningStoreClient(store)
     cls = _classes()["TracebankLLMProxy"]
-    proxy = cls(port=config.port or free_port(config.host), host=config.host, store=store,
-                model_list=model_list(config), api_key=config.api_key, num_retries=config.num_retries,
-                launch_mode=config.launch_mode)
+    proxy = cls(
+        port=config.port or free_port(config.host),
+        host=config.host,
+        store=store,
+        model_list=model_list(config),
+        api_key=config.api_key,
+        num_retries=config.num_retries,
+        launch_mode=config.launch_mode,
+    )
     proxy.server_launcher_args.startup_timeout = config.startup_timeout_s
     return proxy
 
@@ -219,8 +252,10 @@ async def start_llm_proxy(store: Any, config: ProxyConfig) -> Any:
     try:
         await proxy.start()
     except Exception as exc:
-        raise ProxyError(f"the LLM proxy did not start: {exc}".splitlines()[0],
-                         "see the log lines above; is the port free?") from exc
+        raise ProxyError(
+            f"the LLM proxy did not start: {exc}".splitlines()[0],
+            "see the log lines above; is the port free?",
+        ) from exc
     return proxy
 
 

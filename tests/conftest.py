@@ -7,9 +7,9 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest  # noqa: E402
+from tracebank.warehouse.layout import Warehouse  # noqa: E402
 
 from tests.fixtures.store_server import agl_store_server  # noqa: E402
-from tracebank.warehouse.layout import Warehouse  # noqa: E402
 
 
 @pytest.fixture(scope="module")

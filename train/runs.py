@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import pyarrow as pa
-
 from tracebank.train.errors import TrainError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.layout import Warehouse

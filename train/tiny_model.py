@@ -31,13 +31,18 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 384):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train([str(CORPUS)], trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
-        pad_token="<|endoftext|>", unk_token=None,
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
     )
     fast.chat_template = CHAT_TEMPLATE
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -45,8 +50,13 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 384):
     return fast
 
 
-def build_tiny_model(out_dir: Path | str, seed: int = 0, hidden_size: int = 64,
-                     num_layers: int = 2, initializer_range: float = 0.02) -> Path:
+def build_tiny_model(
+    out_dir: Path | str,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    initializer_range: float = 0.02,
+) -> Path:
     """Write a tokenizer and a random-init Qwen2 causal LM to ``out_dir``; return it.
 
     Deterministic for a given ``seed``: the same call writes the same weights. A larger

@@ -15,7 +15,10 @@ import numpy as np
 import pyarrow as pa
 
 _ARROW_TYPES: dict[np.dtype[Any], pa.DataType] = {
-    np.dtype(np.int32): pa.int32(), np.dtype(np.int64): pa.int64(), np.dtype(np.float64): pa.float64()}
+    np.dtype(np.int32): pa.int32(),
+    np.dtype(np.int64): pa.int64(),
+    np.dtype(np.float64): pa.float64(),
+}
 _NUMPY_TYPES: dict[str, np.dtype[Any]] = {str(t): d for d, t in _ARROW_TYPES.items()}
 
 
@@ -33,7 +36,7 @@ def numpy_view(arr: pa.Array) -> np.ndarray:
     data = arr.buffers()[1]
     if data is None:
         return np.zeros(0, dtype)
-    return np.frombuffer(memoryview(data), dtype)[arr.offset:arr.offset + len(arr)]
+    return np.frombuffer(memoryview(data), dtype)[arr.offset : arr.offset + len(arr)]
 
 
 def repeat_string(value: str, n: int) -> pa.Array:
@@ -41,10 +44,12 @@ def repeat_string(value: str, n: int) -> pa.Array:
     data = value.encode()
     offsets = np.arange(n + 1, dtype=np.int64) * len(data)
     if offsets[-1] > 2**31 - 1:
-        return pa.Array.from_buffers(pa.large_string(), n,
-                                     [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
-                                                  pa.py_buffer(data * n)])
+        return pa.Array.from_buffers(
+            pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)]
+        )
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data * n)]
+    )
 
 
 def string_scalar(value: str | None) -> pa.Scalar:

@@ -28,7 +28,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from tracebank.transform import silver as silver_mod
 from tracebank.transform.arrowutil import arrow_ints
 from tracebank.transform.config import TransformConfig
@@ -43,11 +42,31 @@ from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.commit import commit_manifest, committed_files
 from tracebank.warehouse.layout import Warehouse
 
-CALL_COLUMNS = ["collection_id", "rollout_id", "attempt_id", "span_id", "sequence_id", "start_time",
-                "response_id", "prompt_len", "response_len", "reject_reason", "span_index"]
+CALL_COLUMNS = [
+    "collection_id",
+    "rollout_id",
+    "attempt_id",
+    "span_id",
+    "sequence_id",
+    "start_time",
+    "response_id",
+    "prompt_len",
+    "response_len",
+    "reject_reason",
+    "span_index",
+]
 TOKEN_COLUMNS = ["prompt_token_ids", "response_token_ids"]
-REWARD_COLUMNS = ["rollout_id", "attempt_id", "span_id", "sequence_id", "start_time", "value",
-                  "reject_reason", "span_index"]
+REWARD_COLUMNS = [
+    "rollout_id",
+    "attempt_id",
+    "span_id",
+    "sequence_id",
+    "start_time",
+    "value",
+    "reject_reason",
+    "span_index",
+]
+
 
 @dataclass(frozen=True)
 class TransformResult:
@@ -72,13 +91,15 @@ def choose_collections(wh: Warehouse, wanted: tuple[str, ...]) -> list[tuple[str
     """(collection_id, manifest) of the chosen committed collections, oldest first."""
     committed = {folder.name: manifest for folder, manifest in catalog.collections(wh)}
     if not committed:
-        raise NoCollectionsError(f"no committed collection in {wh.root}",
-                                 "run `tracebank collect --store URL` first")
+        raise NoCollectionsError(
+            f"no committed collection in {wh.root}", "run `tracebank collect --store URL` first"
+        )
     missing = [c for c in wanted if c not in committed]
     if missing:
         known = ", ".join(sorted(committed))
-        raise NoCollectionsError(f"no committed collection {missing[0]!r} in {wh.root}",
-                                 f"known collections: {known}")
+        raise NoCollectionsError(
+            f"no committed collection {missing[0]!r} in {wh.root}", f"known collections: {known}"
+        )
     ids = sorted(set(wanted)) if wanted else sorted(committed)
     return [(cid, committed[cid]) for cid in ids]
 
@@ -92,12 +113,20 @@ def _bronze(wh: Warehouse, cid: str, manifest: dict[str, Any], table: str, colum
     return pa.concat_tables([pq.ParquetFile(f).read(columns=columns).cast(wanted) for f in files])
 
 
-Inputs = tuple[pl.DataFrame, Future[CallTokens], pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, int],
-               list[Future[dict[str, Any]]]]
+Inputs = tuple[
+    pl.DataFrame,
+    Future[CallTokens],
+    pl.DataFrame,
+    pl.DataFrame,
+    pl.DataFrame,
+    dict[str, int],
+    list[Future[dict[str, Any]]],
+]
 
 
-def load_inputs(wh: Warehouse, chosen: list[tuple[str, dict[str, Any]]], rebuild: bool,
-                pool: ThreadPoolExecutor) -> Inputs:
+def load_inputs(
+    wh: Warehouse, chosen: list[tuple[str, dict[str, Any]]], rebuild: bool, pool: ThreadPoolExecutor
+) -> Inputs:
     """(calls, their tokens, rewards, attempts, rollouts, silver counts, pending silver writes).
 
     ``calls`` holds the small per-call columns and ``tok``, the call's index in the
@@ -135,16 +164,24 @@ def load_inputs(wh: Warehouse, chosen: list[tuple[str, dict[str, Any]]], rebuild
     rollout_frame = pl.from_arrow(pa.concat_tables(rollouts))
     assert isinstance(call_frame, pl.DataFrame) and isinstance(reward_frame, pl.DataFrame)
     assert isinstance(attempt_frame, pl.DataFrame) and isinstance(rollout_frame, pl.DataFrame)
-    return (call_frame, tokens, reward_frame, attempt_frame, rollout_frame,
-            {"built": built, "cached": cached}, pending)
+    return (
+        call_frame,
+        tokens,
+        reward_frame,
+        attempt_frame,
+        rollout_frame,
+        {"built": built, "cached": cached},
+        pending,
+    )
 
 
 def _load_tokens(parts: list[Callable[[], pa.Table]], expected: int) -> CallTokens:
     tables = [part() for part in parts]
     if sum(t.num_rows for t in tables) != expected:
         raise TransformError("a silver cache changed while it was read", "run the transform again")
-    return CallTokens.from_arrow([t.column("prompt_token_ids") for t in tables],
-                                 [t.column("response_token_ids") for t in tables])
+    return CallTokens.from_arrow(
+        [t.column("prompt_token_ids") for t in tables], [t.column("response_token_ids") for t in tables]
+    )
 
 
 def _reserve(wh: Warehouse, name: str) -> tuple[int, Path]:
@@ -167,16 +204,25 @@ def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
     chosen = choose_collections(wh, config.collections)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="transform-io") as pool:
         calls, tokens, rewards, attempts, rollouts, silver_counts, pending = load_inputs(
-            wh, chosen, config.rebuild_silver, pool)
+            wh, chosen, config.rebuild_silver, pool
+        )
         result = _build(wh, config, chosen, calls, tokens, rewards, attempts, rollouts, silver_counts)
         for future in pending:
             future.result()  # a silver cache that failed to commit fails the run loudly
     return result
 
 
-def _build(wh: Warehouse, config: TransformConfig, chosen: list[tuple[str, dict[str, Any]]],
-           calls: pl.DataFrame, tokens: Future[CallTokens], rewards: pl.DataFrame, attempts: pl.DataFrame,
-           rollouts: pl.DataFrame, silver_counts: dict[str, int]) -> TransformResult:
+def _build(
+    wh: Warehouse,
+    config: TransformConfig,
+    chosen: list[tuple[str, dict[str, Any]]],
+    calls: pl.DataFrame,
+    tokens: Future[CallTokens],
+    rewards: pl.DataFrame,
+    attempts: pl.DataFrame,
+    rollouts: pl.DataFrame,
+    silver_counts: dict[str, int],
+) -> TransformResult:
 
     call_counts = CallCounts()
     rewarded = rewarded_calls(calls, rewards, attempts, call_counts)
@@ -188,14 +234,20 @@ def _build(wh: Warehouse, config: TransformConfig, chosen: list[tuple[str, dict[
     scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
     train, validation, select_counts = select_rows(rows, scores, config, source)
 
-    counts: dict[str, Any] = {"collections": len(chosen), "silver": silver_counts,
-                              **call_counts.as_dict(), "merged": merge_stats, **select_counts.as_dict()}
+    counts: dict[str, Any] = {
+        "collections": len(chosen),
+        "silver": silver_counts,
+        **call_counts.as_dict(),
+        "merged": merge_stats,
+        **select_counts.as_dict(),
+    }
     counts["kept"] = train.height + validation.height
     if train.height == 0:
         raise EmptyDatasetError(
             f"no rows for {config.name}: {call_counts.calls} usable calls, {call_counts.rewarded} rewarded, "
             f"{sum(call_counts.rejected.values())} rejected, {counts['kept']} kept after the filters",
-            "check the rewards with `tracebank sql \"SELECT * FROM rewards\"` or relax the options")
+            'check the rewards with `tracebank sql "SELECT * FROM rewards"` or relax the options',
+        )
 
     sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
     version, folder = _reserve(wh, config.name)
@@ -231,8 +283,9 @@ def _build(wh: Warehouse, config: TransformConfig, chosen: list[tuple[str, dict[
     return TransformResult(DatasetRef(config.name, version), folder, manifest)
 
 
-def build_silver(wh: Warehouse, collections: tuple[str, ...] = (),
-                 force: bool = False) -> list[dict[str, Any]]:
+def build_silver(
+    wh: Warehouse, collections: tuple[str, ...] = (), force: bool = False
+) -> list[dict[str, Any]]:
     """Build (or reuse) the silver caches of the chosen collections (default all); their manifests."""
     wh.check_format()
     return [silver_mod.build_silver(wh, cid, force=force) for cid, _ in choose_collections(wh, collections)]

@@ -10,7 +10,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import xxhash
-
 from tracebank.transform.arrowutil import numpy_view
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.silver import SILVER_VERSION
@@ -27,8 +26,9 @@ def source_hash(manifest: dict[str, Any]) -> str:
     """A collection's content hash: its own if it records one, else one over its file hashes."""
     if manifest.get("content_hash"):
         return str(manifest["content_hash"])
-    parts = sorted(f"{e.get('table', '')}:{e['path']}:{e.get('sha256', '')}"
-                   for e in manifest.get("files", []))
+    parts = sorted(
+        f"{e.get('table', '')}:{e['path']}:{e.get('sha256', '')}" for e in manifest.get("files", [])
+    )
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -68,11 +68,12 @@ class RowsDigest:
             col = table.column(name)
             arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
             kind, first, second = self._streams.setdefault(
-                name, (_kind(arr.type), hashlib.sha256(), xxhash.xxh3_128()))
+                name, (_kind(arr.type), hashlib.sha256(), xxhash.xxh3_128())
+            )
             if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
                 offsets = numpy_view(arr.offsets)
                 first.update(np.diff(offsets).astype("<i8").data)
-                values = numpy_view(arr.values)[offsets[0]:offsets[-1]]
+                values = numpy_view(arr.values)[offsets[0] : offsets[-1]]
                 second.update(np.ascontiguousarray(values, values.dtype.newbyteorder("<")).data)
             elif arr.null_count == 0 and str(arr.type) in ("int32", "int64", "double"):
                 values = numpy_view(arr)
@@ -96,8 +97,7 @@ def rows_digest(table: pa.Table) -> str:
     return digest.hexdigest()
 
 
-def content_hash(config: TransformConfig, sources: list[dict[str, Any]],
-                 files: list[dict[str, Any]]) -> str:
+def content_hash(config: TransformConfig, sources: list[dict[str, Any]], files: list[dict[str, Any]]) -> str:
     """Deterministic: the same sources, options and rows give the same hash (never the time).
 
     ``files`` carry each split's :class:`RowsDigest` as ``digest``.
@@ -117,8 +117,14 @@ def _quantiles(values: np.ndarray) -> dict[str, float | int]:
     if not len(values):
         return {}
     q = np.quantile(values, [0.5, 0.9, 0.99])
-    return {"min": int(values.min()), "p50": float(q[0]), "p90": float(q[1]), "p99": float(q[2]),
-            "max": int(values.max()), "mean": round(float(values.mean()), 3)}
+    return {
+        "min": int(values.min()),
+        "p50": float(q[0]),
+        "p90": float(q[1]),
+        "p99": float(q[2]),
+        "max": int(values.max()),
+        "mean": round(float(values.mean()), 3),
+    }
 
 
 def stats(splits: dict[str, pl.DataFrame], max_ids: list[int | None]) -> dict[str, Any]:
@@ -128,8 +134,11 @@ def stats(splits: dict[str, pl.DataFrame], max_ids: list[int | None]) -> dict[st
     largest input id of each written split.
     """
     frames = [f for f in splits.values() if f.height]
-    rows = pl.concat([f.select("length", "trained", "reward") for f in frames]) if frames \
+    rows = (
+        pl.concat([f.select("length", "trained", "reward") for f in frames])
+        if frames
         else pl.DataFrame({"length": [], "trained": [], "reward": []})
+    )
     lengths = rows.get_column("length").to_numpy() if rows.height else np.zeros(0, np.int64)
     rewards = rows.get_column("reward").to_numpy() if rows.height else np.zeros(0)
     known = [m for m in max_ids if m is not None]
@@ -141,8 +150,15 @@ def stats(splits: dict[str, pl.DataFrame], max_ids: list[int | None]) -> dict[st
         "trained_tokens": int(rows.get_column("trained").sum()) if rows.height else 0,
         "max_length": int(lengths.max()) if len(lengths) else 0,
         "max_token_id": int(max_id) if max_id is not None else None,
-        "reward": ({"min": float(rewards.min()), "max": float(rewards.max()),
-                    "mean": round(float(rewards.mean()), 6)} if len(rewards) else {}),
+        "reward": (
+            {
+                "min": float(rewards.min()),
+                "max": float(rewards.max()),
+                "mean": round(float(rewards.mean()), 6),
+            }
+            if len(rewards)
+            else {}
+        ),
         "lengths": _quantiles(lengths),
     }
 
@@ -151,6 +167,8 @@ def summary_line(manifest: dict[str, Any]) -> str:
     """``wrote NAME@vN: R rows (of C calls; U unrewarded, X rejected), T tokens, hash H``."""
     c = manifest["counts"]
     rejected = sum(c.get("rejected", {}).values())
-    return (f"wrote {manifest['name']}@v{manifest['version']}: {manifest['rows']:,} rows "
-            f"(of {c['calls']:,} calls; {c['unrewarded']:,} unrewarded, {rejected:,} rejected), "
-            f"{manifest['stats']['tokens']:,} tokens, hash {manifest['content_hash'][:8]}")
+    return (
+        f"wrote {manifest['name']}@v{manifest['version']}: {manifest['rows']:,} rows "
+        f"(of {c['calls']:,} calls; {c['unrewarded']:,} unrewarded, {rejected:,} rejected), "
+        f"{manifest['stats']['tokens']:,} tokens, hash {manifest['content_hash'][:8]}"
+    )

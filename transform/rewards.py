@@ -77,8 +77,9 @@ def _v03(attrs: dict[str, Any]) -> tuple[str, Any] | None:
         return None
     if REWARD_PREFIX in attrs:
         raise ValueError(MALFORMED)
-    nested = _unflatten({k[len(REWARD_PREFIX) + 1:]: v for k, v in attrs.items()
-                         if k.startswith(REWARD_PREFIX + ".")})
+    nested = _unflatten(
+        {k[len(REWARD_PREFIX) + 1 :]: v for k, v in attrs.items() if k.startswith(REWARD_PREFIX + ".")}
+    )
     if not isinstance(nested, list):
         raise ValueError(MALFORMED)
     if not nested:
@@ -137,8 +138,9 @@ def checked_value(value: Any) -> float:
     return value
 
 
-def classify(name: str | None, attributes_json: str | None) -> tuple[float | None, str, str | None,
-                                                                    str | None] | None:
+def classify(
+    name: str | None, attributes_json: str | None
+) -> tuple[float | None, str, str | None, str | None] | None:
     """(value, source, dimension name, reject reason) of one span, or None when it is no reward."""
     try:
         attrs = json.loads(attributes_json) if attributes_json else {}

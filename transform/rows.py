@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-
 from tracebank.transform.arrowutil import arrow_ints, numpy_view
 from tracebank.transform.errors import TransformError
 
@@ -52,16 +51,18 @@ class CallTokens:
                     continue
                 off = numpy_view(arr.offsets).astype(np.int64)
                 vals = numpy_view(arr.values)
-                values.append(vals[off[0]:off[-1]])
+                values.append(vals[off[0] : off[-1]])
                 offsets.append(off[1:] - off[0] + base)
                 base += int(off[-1] - off[0])
-        flat = values[0] if len(values) == 1 else (
-            np.concatenate(values) if values else np.zeros(0, np.int32))
+        flat = (
+            values[0] if len(values) == 1 else (np.concatenate(values) if values else np.zeros(0, np.int32))
+        )
         return flat, np.concatenate(offsets)
 
     @classmethod
-    def from_arrow(cls, prompts: list[pa.ChunkedArray | pa.Array],
-                   responses: list[pa.ChunkedArray | pa.Array]) -> CallTokens:
+    def from_arrow(
+        cls, prompts: list[pa.ChunkedArray | pa.Array], responses: list[pa.ChunkedArray | pa.Array]
+    ) -> CallTokens:
         """From the list columns of each loaded table, in load order (a null list reads as empty)."""
         pv, po = cls._flat(prompts)
         rv, ro = cls._flat(responses)
@@ -70,26 +71,36 @@ class CallTokens:
     def lists(self, tok: np.ndarray) -> tuple[pa.Array, pa.Array]:
         """(prompt, response) list arrays of calls ``tok`` (only used by the merge check)."""
         out = []
-        for values, offsets in ((self.prompt_values, self.prompt_offsets),
-                                (self.response_values, self.response_offsets)):
+        for values, offsets in (
+            (self.prompt_values, self.prompt_offsets),
+            (self.response_values, self.response_offsets),
+        ):
             lo, hi = offsets[tok], offsets[tok + 1]
             new_off = np.zeros(len(tok) + 1, np.int64)
             np.cumsum(hi - lo, out=new_off[1:])
-            vals = np.concatenate([values[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]) \
-                if len(tok) else np.zeros(0, np.int32)
-            out.append(pa.LargeListArray.from_arrays(arrow_ints(new_off),
-                                                     arrow_ints(vals.astype(np.int32, copy=False))))
+            vals = (
+                np.concatenate([values[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)])
+                if len(tok)
+                else np.zeros(0, np.int32)
+            )
+            out.append(
+                pa.LargeListArray.from_arrays(
+                    arrow_ints(new_off), arrow_ints(vals.astype(np.int32, copy=False))
+                )
+            )
         return out[0], out[1]
 
 
-def _chains(calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: bool
-            ) -> tuple[np.ndarray, dict[str, Any] | None]:
+def _chains(
+    calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: bool
+) -> tuple[np.ndarray, dict[str, Any] | None]:
     """Chain number of each call (calls sorted by rollout, call order)."""
     if not merge:
         return np.arange(calls.height, dtype=np.int64), None
     prompts, responses = tokens().lists(calls.get_column("tok").to_numpy())
-    calls = calls.with_columns(pl.Series("prompt_token_ids", prompts),
-                               pl.Series("response_token_ids", responses))
+    calls = calls.with_columns(
+        pl.Series("prompt_token_ids", prompts), pl.Series("response_token_ids", responses)
+    )
     full_len = pl.col("prompt_len") + pl.col("response_len")
     prev = calls.select(
         (pl.col("rollout_id") == pl.col("rollout_id").shift(1)).fill_null(False).alias("same"),
@@ -97,12 +108,14 @@ def _chains(calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: bool
         (pl.col("reward") == pl.col("reward").shift(1)).fill_null(False).alias("same_reward"),
         full_len.shift(1).alias("prev_len"),
         pl.concat_list("prompt_token_ids", "response_token_ids").shift(1).alias("prev_full"),
-        pl.col("prompt_token_ids"), pl.col("prompt_len"),
+        pl.col("prompt_token_ids"),
+        pl.col("prompt_len"),
     )
     extends = prev.select(
         (pl.col("prompt_len") >= pl.col("prev_len")).fill_null(False)
-        & (pl.col("prompt_token_ids").list.head(pl.col("prev_len").fill_null(0)) == pl.col("prev_full"))
-        .fill_null(False)
+        & (
+            pl.col("prompt_token_ids").list.head(pl.col("prev_len").fill_null(0)) == pl.col("prev_full")
+        ).fill_null(False)
     ).to_series()
     same = prev.get_column("same") & prev.get_column("next")
     joins = same & extends & prev.get_column("same_reward")
@@ -149,33 +162,41 @@ class RowTokens:
         labels: list[np.ndarray] = []
         for a, b in zip(first.tolist(), last.tolist(), strict=True):
             k = tok[b]
-            inputs.append(pv[po[k]:po[k + 1]])
-            inputs.append(rv[ro[k]:ro[k + 1]])
+            inputs.append(pv[po[k] : po[k + 1]])
+            inputs.append(rv[ro[k] : ro[k + 1]])
             cursor = 0
             for j in range(a, b + 1):
                 m = tok[j]
-                labels.append(ignore[:plen[j] - cursor])
-                labels.append(rv[ro[m]:ro[m + 1]])
+                labels.append(ignore[: plen[j] - cursor])
+                labels.append(rv[ro[m] : ro[m + 1]])
                 cursor = plen[j] + rlen[j]
         empty = np.zeros(0, np.int32)
         input_values = np.concatenate(inputs) if inputs else empty
         label_values = np.concatenate(labels) if labels else empty
         max_id = int(input_values.max()) if len(input_values) else None
         mask = np.ones(len(input_values), np.int32)
-        return (_list_array(offsets, input_values), _list_array(offsets, mask),
-                _list_array(offsets, label_values), max_id)
+        return (
+            _list_array(offsets, input_values),
+            _list_array(offsets, mask),
+            _list_array(offsets, label_values),
+            max_id,
+        )
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
     if offsets[-1] > _MAX_OFFSET:
-        raise TransformError(f"a dataset version holds at most {_MAX_OFFSET:,} tokens per split",
-                             "select fewer rows (--top-fraction, --collection)")
-    return pa.ListArray.from_arrays(arrow_ints(offsets.astype(np.int32)),
-                                    arrow_ints(values.astype(np.int32, copy=False)))
+        raise TransformError(
+            f"a dataset version holds at most {_MAX_OFFSET:,} tokens per split",
+            "select fewer rows (--top-fraction, --collection)",
+        )
+    return pa.ListArray.from_arrays(
+        arrow_ints(offsets.astype(np.int32)), arrow_ints(values.astype(np.int32, copy=False))
+    )
 
 
-def build_rows(calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: bool
-               ) -> tuple[pl.DataFrame, RowTokens, dict[str, Any] | None]:
+def build_rows(
+    calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: bool
+) -> tuple[pl.DataFrame, RowTokens, dict[str, Any] | None]:
     """Plan one row per call (or per merged chain), in rollout then call order.
 
     ``calls`` are the rewarded calls sorted by (rollout, call_index), with a ``tok``
@@ -199,8 +220,15 @@ def build_rows(calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: boo
     # next one's prompt) and ids are never -100, so the trained tokens are their sum.
     trained = np.add.reduceat(rlen, first_idx) if n else np.zeros(0, np.int64)
 
-    last = calls.select("reward", "rollout_id", "attempt_id", "span_id", "collection_id", "response_id",
-                        pl.col("call_index").cast(pl.Int32))[last_idx]
+    last = calls.select(
+        "reward",
+        "rollout_id",
+        "attempt_id",
+        "span_id",
+        "collection_id",
+        "response_id",
+        pl.col("call_index").cast(pl.Int32),
+    )[last_idx]
     rows = last.with_columns(
         pl.Series("calls", members, dtype=pl.Int32),
         pl.Series("length", lengths, dtype=pl.Int64),
@@ -210,10 +238,13 @@ def build_rows(calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: boo
     )
     source = RowTokens(tokens, calls.get_column("tok").to_numpy(), plen, rlen)
     if merge_stats is not None:
-        merge_stats.update({
-            "calls": calls.height, "rows": rows.height,
-            "tokens_unmerged": int((plen + rlen).sum()),
-            "tokens_merged": int(lengths.sum()),
-        })
+        merge_stats.update(
+            {
+                "calls": calls.height,
+                "rows": rows.height,
+                "tokens_unmerged": int((plen + rlen).sum()),
+                "tokens_merged": int(lengths.sum()),
+            }
+        )
         merge_stats["tokens_saved"] = merge_stats["tokens_unmerged"] - merge_stats["tokens_merged"]
     return rows, source, merge_stats

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
-
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.rows import RowTokens
 
@@ -56,8 +55,11 @@ def recipe_order(rewards: list[float], fraction: float, rng: random.Random) -> l
 
 def rollout_scores(calls: pl.DataFrame) -> pl.DataFrame:
     """Each rollout's final reward: the reward its last rewarded call carries."""
-    return (calls.sort(["rollout_id", "call_index"]).group_by("rollout_id", maintain_order=True)
-            .agg(pl.col("reward").last().alias("score")))
+    return (
+        calls.sort(["rollout_id", "call_index"])
+        .group_by("rollout_id", maintain_order=True)
+        .agg(pl.col("reward").last().alias("score"))
+    )
 
 
 def _best_per_task(scores: pl.DataFrame, k: int, rng: random.Random) -> set[str]:
@@ -77,8 +79,9 @@ def _best_per_task(scores: pl.DataFrame, k: int, rng: random.Random) -> set[str]
     return keep
 
 
-def select_rows(rows: pl.DataFrame, scores: pl.DataFrame, config: TransformConfig, source: RowTokens
-                ) -> tuple[pl.DataFrame, pl.DataFrame, SelectCounts]:
+def select_rows(
+    rows: pl.DataFrame, scores: pl.DataFrame, config: TransformConfig, source: RowTokens
+) -> tuple[pl.DataFrame, pl.DataFrame, SelectCounts]:
     """(train, validation, counts) from all planned rows (in the recipe's initial order).
 
     Rows are plans (see ``transform.rows``): only ``--dedup`` needs their tokens.
@@ -97,7 +100,8 @@ def select_rows(rows: pl.DataFrame, scores: pl.DataFrame, config: TransformConfi
         input_ids, _, labels, _ = source.materialize(rows)
         rows = rows.with_row_index("_pos")
         best_first = rows.with_columns(pl.Series("_in", input_ids), pl.Series("_lab", labels)).sort(
-            "reward", descending=True, maintain_order=True)
+            "reward", descending=True, maintain_order=True
+        )
         unique = best_first.filter(pl.struct("_in", "_lab").is_first_distinct()).drop("_in", "_lab")
         counts.dedup = rows.height - unique.height
         rows = unique.sort("_pos").drop("_pos")
@@ -114,8 +118,9 @@ def select_rows(rows: pl.DataFrame, scores: pl.DataFrame, config: TransformConfi
         present = rows.select("rollout_id").unique()
         ranked = scores.join(present, on="rollout_id", how="semi").sort("rollout_id")
         ids = ranked.get_column("rollout_id").to_list()
-        kept_rollouts = {ids[i] for i in recipe_order(ranked.get_column("score").to_list(),
-                                                      config.top_fraction, rng)}
+        kept_rollouts = {
+            ids[i] for i in recipe_order(ranked.get_column("score").to_list(), config.top_fraction, rng)
+        }
         chosen = rows.filter(pl.col("rollout_id").is_in(list(kept_rollouts)))
         order = list(range(chosen.height))
         rng.shuffle(order)
@@ -130,8 +135,9 @@ def select_rows(rows: pl.DataFrame, scores: pl.DataFrame, config: TransformConfi
     return train, validation, counts
 
 
-def _split(rows: pl.DataFrame, config: TransformConfig, counts: SelectCounts
-           ) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _split(
+    rows: pl.DataFrame, config: TransformConfig, counts: SelectCounts
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Hold out whole rollouts (never single rows) for validation."""
     rollouts = sorted(set(rows.get_column("rollout_id").to_list()))
     n_val = 0

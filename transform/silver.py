@@ -24,7 +24,6 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
 from tracebank.transform import rewards as reward_rules
 from tracebank.transform.arrowutil import repeat_string, string_scalar
 from tracebank.transform.errors import NoCollectionsError, TransformError
@@ -39,16 +38,16 @@ SPAN_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "span_id", "name", "s
 
 # Keys read from each call span's attributes, in the order of the s[]/ty[] lists below.
 _KEYS = (
-    "llm.hosted_vllm.prompt_token_ids",    # [1]
+    "llm.hosted_vllm.prompt_token_ids",  # [1]
     "llm.hosted_vllm.response_token_ids",  # [2] old `agl vllm` patch: [[...]]
-    "llm.hosted_vllm.choices",             # [3] vLLM >= 0.10.2: ids inside choices[0]
-    "prompt_token_ids",                    # [4] ids on litellm_request
-    "response_token_ids",                  # [5]
-    "gen_ai.response.id",                  # [6]
-    "llm.hosted_vllm.id",                  # [7]
-    "gen_ai.request.model",                # [8]
-    "llm.hosted_vllm.model",               # [9]
-    "gen_ai.response.model",               # [10]
+    "llm.hosted_vllm.choices",  # [3] vLLM >= 0.10.2: ids inside choices[0]
+    "prompt_token_ids",  # [4] ids on litellm_request
+    "response_token_ids",  # [5]
+    "gen_ai.response.id",  # [6]
+    "llm.hosted_vllm.id",  # [7]
+    "gen_ai.request.model",  # [8]
+    "llm.hosted_vllm.model",  # [9]
+    "gen_ai.response.model",  # [10]
 )
 _PATHS = ", ".join("'$.\"" + k + "\"'" for k in _KEYS)
 
@@ -68,14 +67,15 @@ def _str(k: int) -> str:
 
 
 def _truthy(k: int) -> str:
-    return (f"(ty[{k}] IS NOT NULL AND ty[{k}] <> 'NULL' AND NOT CASE WHEN ty[{k}] = 'VARCHAR' "
-            f"THEN s[{k}] = '' ELSE s[{k}] IN ('false', '0', '0.0', '[]', '{{}}') END)")
+    return (
+        f"(ty[{k}] IS NOT NULL AND ty[{k}] <> 'NULL' AND NOT CASE WHEN ty[{k}] = 'VARCHAR' "
+        f"THEN s[{k}] = '' ELSE s[{k}] IN ('false', '0', '0.0', '[]', '{{}}') END)"
+    )
 
 
 # The response id as upstream reads it: `gen_ai.response.id or llm.hosted_vllm.id`, kept
 # only when that value is a non-empty string.
-_RESPONSE_ID = (f"CASE WHEN {_truthy(6)} THEN {_str(6)} "
-                f"WHEN {_truthy(7)} THEN {_str(7)} END")
+_RESPONSE_ID = f"CASE WHEN {_truthy(6)} THEN {_str(6)} WHEN {_truthy(7)} THEN {_str(7)} END"
 
 _CALLS_SQL = f"""
 WITH c AS (
@@ -95,11 +95,11 @@ WITH c AS (
   FROM c
   WHERE name = 'raw_gen_ai_request' OR ty[4] IS NOT NULL OR ty[5] IS NOT NULL
 ), p AS (
-  SELECT * EXCLUDE (prompt_text), {fast_sql('prompt_text')} AS prompt_ids,
+  SELECT * EXCLUDE (prompt_text), {fast_sql("prompt_text")} AS prompt_ids,
          prompt_text
   FROM t
 ), v AS (
-  SELECT *, {verdict_sql('prompt_text', 'prompt_ids')} AS prompt_verdict FROM p
+  SELECT *, {verdict_sql("prompt_text", "prompt_ids")} AS prompt_verdict FROM p
 )
 SELECT * EXCLUDE (prompt_text, prompt_ids, prompt_verdict), prompt_verdict,
        CASE WHEN prompt_verdict = 'ok' THEN prompt_ids END AS prompt_ids,
@@ -111,8 +111,10 @@ ORDER BY span_index
 # From the start of the choices repr, step over whole string literals ('...' or "...",
 # with escapes) until the first `'token_ids': [` key; its list is the first choice's
 # response ids. A quote inside a message can never start a false match.
-_CHOICE_IDS_RE = (r"""(?s)^(?:[^'"]+|'(?:[^'\\]+|\\.)*'|"(?:[^"\\]+|\\.)*")*?"""
-                  r"""(?:'token_ids'|"token_ids")\s*:\s*(\[[^\]]*\])""")
+_CHOICE_IDS_RE = (
+    r"""(?s)^(?:[^'"]+|'(?:[^'\\]+|\\.)*'|"(?:[^"\\]+|\\.)*")*?"""
+    r"""(?:'token_ids'|"token_ids")\s*:\s*(\[[^\]]*\])"""
+)
 
 _REWARD_CANDIDATES_SQL = """
 SELECT span_index, rollout_id, attempt_id, span_id, name, sequence_id, start_time, attributes
@@ -157,8 +159,10 @@ def span_files(wh: Warehouse, collection_id: str) -> list[Path]:
     folder = wh.collection_dir(collection_id)
     manifest = read_manifest(folder)
     if manifest is None:
-        raise NoCollectionsError(f"collection {collection_id!r} is not committed in {wh.root}",
-                                 "list them with `tracebank sql \"SELECT * FROM collections\"`")
+        raise NoCollectionsError(
+            f"collection {collection_id!r} is not committed in {wh.root}",
+            'list them with `tracebank sql "SELECT * FROM collections"`',
+        )
     return committed_files(folder, manifest, "spans")
 
 
@@ -172,12 +176,16 @@ def register_spans(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
     parts = []
     for n, path in enumerate(files):
         quoted = str(path).replace("'", "''")
-        parts.append(f"SELECT {', '.join(SPAN_COLUMNS)}, file_row_number + {n} * 1000000000000 AS span_index "
-                     f"FROM read_parquet('{quoted}', file_row_number = true)")
+        parts.append(
+            f"SELECT {', '.join(SPAN_COLUMNS)}, file_row_number + {n} * 1000000000000 AS span_index "
+            f"FROM read_parquet('{quoted}', file_row_number = true)"
+        )
     # Read and decompress the files once, keeping only spans some silver table reads.
-    con.execute("CREATE OR REPLACE TEMP TABLE spans AS SELECT * FROM (" + " UNION ALL ".join(parts) + ") "
-                "WHERE name IN ('raw_gen_ai_request', 'litellm_request', 'agentlightning.annotation') "
-                "OR contains(attributes, 'agentlightning.reward') OR contains(attributes, 'agentops.')")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE spans AS SELECT * FROM (" + " UNION ALL ".join(parts) + ") "
+        "WHERE name IN ('raw_gen_ai_request', 'litellm_request', 'agentlightning.annotation') "
+        "OR contains(attributes, 'agentlightning.reward') OR contains(attributes, 'agentops.')"
+    )
 
 
 def _query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
@@ -202,16 +210,28 @@ def extract_calls(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Tabl
     c = _query(con, _CALLS_SQL)
     n = c.num_rows
     choice_text = _choice_ids_text(c.column("choices_text"))
-    litellm = (pc.equal(c.column("span_name"), string_scalar("litellm_request")).combine_chunks() if n
-               else pa.nulls(0, pa.bool_()))
-    response_text = _pick(litellm, c.column("litellm_response_text").combine_chunks(), choice_text) if n \
+    litellm = (
+        pc.equal(c.column("span_name"), string_scalar("litellm_request")).combine_chunks()
+        if n
+        else pa.nulls(0, pa.bool_())
+    )
+    response_text = (
+        _pick(litellm, c.column("litellm_response_text").combine_chunks(), choice_text)
+        if n
         else pa.nulls(0, pa.string())
+    )
     p_ids, p_ok = resolve_slow(c.column("prompt_ids"), c.column("prompt_verdict"), c.column("prompt_text"))
     # Response strings are short: one bulk parse for old-patch ids and choices/litellm ids.
-    texts = pa.concat_arrays([
-        c.column("old_text").combine_chunks().cast(pa.large_string()),
-        response_text.cast(pa.large_string()),
-    ]) if n else pa.nulls(0, pa.large_string())
+    texts = (
+        pa.concat_arrays(
+            [
+                c.column("old_text").combine_chunks().cast(pa.large_string()),
+                response_text.cast(pa.large_string()),
+            ]
+        )
+        if n
+        else pa.nulls(0, pa.large_string())
+    )
     ids, verdict = parse_token_lists(texts, con)
     o_ids, r_ids = ids.slice(0, n), ids.slice(n, n)
     o_ok, r_ok = verdict.slice(0, n), verdict.slice(n, n)
@@ -219,32 +239,37 @@ def extract_calls(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Tabl
     old_usable = pc.equal(o_ok, ok)
     # Upstream prefers the old patch's first list and falls back to choices[0].token_ids.
     resp_ids = _pick(old_usable, o_ids, r_ids)
-    resp_ok = pc.if_else(old_usable, o_ok,
-                         pc.if_else(pc.and_(pc.equal(r_ok, missing), pc.is_valid(c.column("old_text"))),
-                                    o_ok, r_ok))
+    resp_ok = pc.if_else(
+        old_usable,
+        o_ok,
+        pc.if_else(pc.and_(pc.equal(r_ok, missing), pc.is_valid(c.column("old_text"))), o_ok, r_ok),
+    )
     prompt_good = pc.equal(p_ok, ok)
-    reason = pc.if_else(prompt_good, pc.if_else(pc.equal(resp_ok, ok), string_scalar(None),
-                                                resp_ok), p_ok)
+    reason = pc.if_else(prompt_good, pc.if_else(pc.equal(resp_ok, ok), string_scalar(None), resp_ok), p_ok)
     # A rejected call keeps whichever list did parse (useful in SQL); only usable calls are read later.
-    table = pa.table({
-        "collection_id": repeat_string(collection_id, n),
-        "rollout_id": c.column("rollout_id"),
-        "attempt_id": c.column("attempt_id"),
-        "span_id": c.column("span_id"),
-        "span_name": c.column("span_name"),
-        "sequence_id": c.column("sequence_id"),
-        "start_time": c.column("start_time"),
-        "response_id": c.column("response_id"),
-        "model": c.column("model"),
-        "prompt_token_ids": p_ids,
-        "response_token_ids": resp_ids,
-        "reject_reason": reason,
-        "span_index": c.column("span_index"),
-    })
-    table = table.append_column("prompt_len",
-                                pc.list_value_length(table.column("prompt_token_ids")).cast(pa.int32()))
-    table = table.append_column("response_len",
-                                pc.list_value_length(table.column("response_token_ids")).cast(pa.int32()))
+    table = pa.table(
+        {
+            "collection_id": repeat_string(collection_id, n),
+            "rollout_id": c.column("rollout_id"),
+            "attempt_id": c.column("attempt_id"),
+            "span_id": c.column("span_id"),
+            "span_name": c.column("span_name"),
+            "sequence_id": c.column("sequence_id"),
+            "start_time": c.column("start_time"),
+            "response_id": c.column("response_id"),
+            "model": c.column("model"),
+            "prompt_token_ids": p_ids,
+            "response_token_ids": resp_ids,
+            "reject_reason": reason,
+            "span_index": c.column("span_index"),
+        }
+    )
+    table = table.append_column(
+        "prompt_len", pc.list_value_length(table.column("prompt_token_ids")).cast(pa.int32())
+    )
+    table = table.append_column(
+        "response_len", pc.list_value_length(table.column("response_token_ids")).cast(pa.int32())
+    )
     return schemas.conform(table, schemas.LLM_CALLS)
 
 
@@ -261,16 +286,28 @@ def extract_rewards(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Ta
         if found is None:
             continue
         value, source, dim, reason = found
-        rows.append({
-            "collection_id": collection_id, "rollout_id": r["rollout_id"], "attempt_id": r["attempt_id"],
-            "span_id": r["span_id"], "span_name": r["name"], "sequence_id": r["sequence_id"],
-            "start_time": r["start_time"], "name": dim, "value": value, "source": source,
-            "reject_reason": reason, "span_index": r["span_index"],
-        })
+        rows.append(
+            {
+                "collection_id": collection_id,
+                "rollout_id": r["rollout_id"],
+                "attempt_id": r["attempt_id"],
+                "span_id": r["span_id"],
+                "span_name": r["name"],
+                "sequence_id": r["sequence_id"],
+                "start_time": r["start_time"],
+                "name": dim,
+                "value": value,
+                "source": source,
+                "reject_reason": reason,
+                "span_index": r["span_index"],
+            }
+        )
     schema = pa.schema(list(schemas.REWARDS) + list(REWARD_EXTRA))
     # Through Polars: Table.from_pylist would import pandas.
-    columns = {f.name: pl.Series(f.name, [r[f.name] for r in rows], dtype=_POLARS_TYPES[f.type]).to_arrow()
-               for f in schema}
+    columns = {
+        f.name: pl.Series(f.name, [r[f.name] for r in rows], dtype=_POLARS_TYPES[f.type]).to_arrow()
+        for f in schema
+    }
     return pa.table(columns).cast(schema)
 
 
@@ -321,8 +358,11 @@ def _parquet_options(table: pa.Table) -> dict[str, Any]:
     Per-column options name a list's leaf column (``name.list.element``)."""
     lists = [f.name for f in table.schema if pa.types.is_list(f.type)]
     rest = [n for n in table.column_names if n not in lists]
-    return {"compression": {**{n: "zstd" for n in rest}, **{f"{n}.list.element": "lz4" for n in lists}},
-            "use_dictionary": rest, "write_statistics": rest}
+    return {
+        "compression": {**{n: "zstd" for n in rest}, **{f"{n}.list.element": "lz4" for n in lists}},
+        "use_dictionary": rest,
+        "write_statistics": rest,
+    }
 
 
 def write_silver(wh: Warehouse, collection_id: str, tables: dict[str, pa.Table]) -> dict[str, Any]:
@@ -359,8 +399,7 @@ def _remove_replaced(folder: Path, previous: dict[str, Any] | None, current: dic
             (folder / entry["path"]).unlink(missing_ok=True)
 
 
-def load_silver(wh: Warehouse, collection_id: str, table: str,
-                columns: list[str] | None = None) -> pa.Table:
+def load_silver(wh: Warehouse, collection_id: str, table: str, columns: list[str] | None = None) -> pa.Table:
     """One silver table of one collection, from its committed cache."""
     manifest = cached_manifest(wh, collection_id)
     if manifest is None:
@@ -368,7 +407,8 @@ def load_silver(wh: Warehouse, collection_id: str, table: str,
     folder = wh.silver_collection_dir(collection_id)
     files = committed_files(folder, manifest, table)
     if not files:
-        schema = {"llm_calls": schemas.LLM_CALLS, "rewards": schemas.REWARDS,
-                  "messages": schemas.MESSAGES}[table]
+        schema = {"llm_calls": schemas.LLM_CALLS, "rewards": schemas.REWARDS, "messages": schemas.MESSAGES}[
+            table
+        ]
         return schema.empty_table()
     return pa.concat_tables([pq.ParquetFile(f).read(columns=columns) for f in files])

@@ -20,7 +20,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from tracebank.transform.arrowutil import arrow_ints
 from tracebank.warehouse.schemas import TOKENS
 
@@ -46,10 +45,12 @@ def fast_sql(text: str) -> str:
 
 def verdict_sql(text: str, ids: str) -> str:
     """SQL: 'ok', a reject reason, or NULL when only the slow path can tell (see classify_python)."""
-    return (f"CASE WHEN {text} IS NULL THEN '{MISSING}' "
-            f"WHEN {ids} IS NULL OR list_count({ids}) < len({ids}) THEN NULL "
-            f"WHEN len({ids}) = 0 THEN '{EMPTY}' "
-            f"WHEN list_min({ids}) < 0 THEN '{NEGATIVE}' ELSE 'ok' END")
+    return (
+        f"CASE WHEN {text} IS NULL THEN '{MISSING}' "
+        f"WHEN {ids} IS NULL OR list_count({ids}) < len({ids}) THEN NULL "
+        f"WHEN len({ids}) = 0 THEN '{EMPTY}' "
+        f"WHEN list_min({ids}) < 0 THEN '{NEGATIVE}' ELSE 'ok' END"
+    )
 
 
 _FAST_SQL = f"""
@@ -82,16 +83,18 @@ def classify_python(value: Any) -> tuple[list[int] | None, str]:
     return list(value), "ok"
 
 
-def parse_token_lists(texts: pa.Array | pa.ChunkedArray,
-                      con: duckdb.DuckDBPyConnection | None = None) -> tuple[pa.Array, pa.Array]:
+def parse_token_lists(
+    texts: pa.Array | pa.ChunkedArray, con: duckdb.DuckDBPyConnection | None = None
+) -> tuple[pa.Array, pa.Array]:
     """Parse a string column of token lists; return (list<int32> ids, reason-or-'ok') arrays."""
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
     if len(texts) == 0:
         return pa.nulls(0, TOKENS), pa.nulls(0, pa.string())
     con = con or duckdb.connect()
-    src = pa.table({"i": arrow_ints(np.arange(len(texts), dtype=np.int64)),
-                    "s": texts.cast(pa.large_string())})
+    src = pa.table(
+        {"i": arrow_ints(np.arange(len(texts), dtype=np.int64)), "s": texts.cast(pa.large_string())}
+    )
     con.register("src", src)
     try:
         out = con.sql(_FAST_SQL).to_arrow_table()
@@ -100,8 +103,9 @@ def parse_token_lists(texts: pa.Array | pa.ChunkedArray,
     return resolve_slow(out.column("ids"), out.column("verdict"), texts)
 
 
-def resolve_slow(ids: pa.Array | pa.ChunkedArray, verdict: pa.Array | pa.ChunkedArray,
-                 texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+def resolve_slow(
+    ids: pa.Array | pa.ChunkedArray, verdict: pa.Array | pa.ChunkedArray, texts: pa.Array | pa.ChunkedArray
+) -> tuple[pa.Array, pa.Array]:
     """Decide the rows the bulk parse left undecided (verdict NULL) one by one."""
     ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
     verdict = verdict.combine_chunks() if isinstance(verdict, pa.ChunkedArray) else verdict

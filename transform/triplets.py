@@ -48,19 +48,24 @@ class CallCounts:
 
 def latest_attempts(attempts: pl.DataFrame) -> pl.DataFrame:
     """(rollout_id, attempt_id) of each rollout's latest attempt."""
-    return (attempts.select("rollout_id", "attempt_id", "sequence_id")
-            .unique(["rollout_id", "attempt_id"])
-            .sort(["rollout_id", "sequence_id", "attempt_id"])
-            .group_by("rollout_id", maintain_order=True).last()
-            .select("rollout_id", "attempt_id"))
+    return (
+        attempts.select("rollout_id", "attempt_id", "sequence_id")
+        .unique(["rollout_id", "attempt_id"])
+        .sort(["rollout_id", "sequence_id", "attempt_id"])
+        .group_by("rollout_id", maintain_order=True)
+        .last()
+        .select("rollout_id", "attempt_id")
+    )
 
 
 def _latest_only(frame: pl.DataFrame, latest: pl.DataFrame) -> pl.DataFrame:
     """Rows of ``frame`` from latest attempts, each span once (first collection wins)."""
-    return (frame.join(latest, on=["rollout_id", "attempt_id"], how="semi")
-            .sort(["source_order", "span_index"])
-            .unique(["rollout_id", "attempt_id", "span_id"], keep="first", maintain_order=True)
-            .sort(ORDER, nulls_last=False))
+    return (
+        frame.join(latest, on=["rollout_id", "attempt_id"], how="semi")
+        .sort(["source_order", "span_index"])
+        .unique(["rollout_id", "attempt_id", "span_id"], keep="first", maintain_order=True)
+        .sort(ORDER, nulls_last=False)
+    )
 
 
 def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> np.ndarray:
@@ -75,9 +80,12 @@ def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> np.ndarray:
     if rewards.height == 0 or calls.height == 0:
         return assigned
     # Row ranges of each rollout's calls (calls are sorted by rollout first).
-    bounds = (calls.with_row_index("i").group_by("rollout_id", maintain_order=True)
-              .agg(pl.col("i").first().alias("lo"), pl.col("i").last().alias("hi"))
-              .with_row_index("rank"))
+    bounds = (
+        calls.with_row_index("i")
+        .group_by("rollout_id", maintain_order=True)
+        .agg(pl.col("i").first().alias("lo"), pl.col("i").last().alias("hi"))
+        .with_row_index("rank")
+    )
     matched = rewards.select("rollout_id", "sequence_id", "value").join(bounds, on="rollout_id", how="inner")
     if matched.height == 0:
         return assigned
@@ -90,11 +98,12 @@ def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> np.ndarray:
     span = hi_seq - lo_seq + 2
     if single.height and span * (bounds.height + 1) < 2**62:
         # One sorted key over (rollout rank, sequence id) for calls and rewards alike.
-        rank = np.repeat(bounds.get_column("rank").to_numpy().astype(np.int64),
-                         (bounds.get_column("hi") - bounds.get_column("lo") + 1).to_numpy())
+        rank = np.repeat(
+            bounds.get_column("rank").to_numpy().astype(np.int64),
+            (bounds.get_column("hi") - bounds.get_column("lo") + 1).to_numpy(),
+        )
         call_key = rank * span + (seqs - lo_seq)
-        reward_key = (single.get_column("rank").to_numpy().astype(np.int64) * span
-                      + reward_seqs - lo_seq)
+        reward_key = single.get_column("rank").to_numpy().astype(np.int64) * span + reward_seqs - lo_seq
         target = np.searchsorted(call_key, reward_key, side="left") - 1
         ok = target >= single.get_column("lo").to_numpy().astype(np.int64)
         assigned[target[ok]] = single.get_column("value").to_numpy()[ok]
@@ -103,9 +112,12 @@ def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> np.ndarray:
         loop = matched
     span_ids = calls.get_column("span_id").to_list() if loop.height else []
     seq_list = seqs.tolist()
-    for lo, hi, r_seqs, r_vals in (loop.group_by("rollout_id", maintain_order=True)
-                                   .agg(pl.col("lo").first(), pl.col("hi").first(), "sequence_id", "value")
-                                   .select("lo", "hi", "sequence_id", "value").iter_rows()):
+    for lo, hi, r_seqs, r_vals in (
+        loop.group_by("rollout_id", maintain_order=True)
+        .agg(pl.col("lo").first(), pl.col("hi").first(), "sequence_id", "value")
+        .select("lo", "hi", "sequence_id", "value")
+        .iter_rows()
+    ):
         taken: set[str] = set()
         for r_seq, r_val in sorted(zip(r_seqs, r_vals, strict=True), key=lambda x: x[0]):
             for i in range(hi, lo - 1, -1):
@@ -118,8 +130,9 @@ def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> np.ndarray:
     return assigned
 
 
-def rewarded_calls(calls: pl.DataFrame, rewards: pl.DataFrame, attempts: pl.DataFrame,
-                   counts: CallCounts) -> pl.DataFrame:
+def rewarded_calls(
+    calls: pl.DataFrame, rewards: pl.DataFrame, attempts: pl.DataFrame, counts: CallCounts
+) -> pl.DataFrame:
     """Every call that carries a reward (rules 1-5), in rollout then call order.
 
     ``calls``/``rewards`` are silver rows of the chosen collections plus a
@@ -133,8 +146,10 @@ def rewarded_calls(calls: pl.DataFrame, rewards: pl.DataFrame, attempts: pl.Data
     rejected = calls.filter(pl.col("reject_reason").is_not_null())
     counts.rejected = dict(sorted(rejected.group_by("reject_reason").len().iter_rows()))
     usable = calls.filter(pl.col("reject_reason").is_null())
-    first = usable.get_column("response_id").is_null() | usable.select(
-        pl.struct("rollout_id", "attempt_id", "response_id").is_first_distinct()).to_series()
+    first = (
+        usable.get_column("response_id").is_null()
+        | usable.select(pl.struct("rollout_id", "attempt_id", "response_id").is_first_distinct()).to_series()
+    )
     counts.duplicate_calls = int(usable.height - first.sum())
     usable = usable.filter(first)
     # upstream then orders the calls by sequence id only (a stable sort of the above)

@@ -15,14 +15,16 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from tracebank.transform.manifest import rows_digest
 from tracebank.transform.rows import RowTokens
 from tracebank.warehouse import schemas
 from tracebank.warehouse.commit import write_buffer_atomic
 
-EXTRA_FIELDS = [pa.field("collection_id", pa.string()), pa.field("response_id", pa.string()),
-                pa.field("calls", pa.int32())]
+EXTRA_FIELDS = [
+    pa.field("collection_id", pa.string()),
+    pa.field("response_id", pa.string()),
+    pa.field("calls", pa.int32()),
+]
 LIST_COLUMNS = ["input_ids", "attention_mask", "labels"]
 # Small string columns repeat a lot. Token lists are written without dictionaries (they
 # do not pay there) or min/max statistics (nobody filters on them); zstd level 1 (Arrow's
@@ -31,12 +33,16 @@ LIST_COLUMNS = ["input_ids", "attention_mask", "labels"]
 # needs a Parquet reader from 2024 on (pyarrow >= 17, DuckDB >= 1.1), like this project's.
 # (Per-column options name a list's leaf column, ``name.list.element``.)
 PARQUET_OPTIONS: dict[str, Any] = {
-    "compression": "zstd", "compression_level": 1,
+    "compression": "zstd",
+    "compression_level": 1,
     "use_dictionary": ["rollout_id", "attempt_id", "collection_id"],
-    "write_statistics": [n for n in schemas.DATASET_ROWS.names + [f.name for f in EXTRA_FIELDS]
-                         if n not in LIST_COLUMNS],
-    "column_encoding": {"input_ids.list.element": "BYTE_STREAM_SPLIT",
-                        "labels.list.element": "BYTE_STREAM_SPLIT"},
+    "write_statistics": [
+        n for n in schemas.DATASET_ROWS.names + [f.name for f in EXTRA_FIELDS] if n not in LIST_COLUMNS
+    ],
+    "column_encoding": {
+        "input_ids.list.element": "BYTE_STREAM_SPLIT",
+        "labels.list.element": "BYTE_STREAM_SPLIT",
+    },
 }
 
 
@@ -52,8 +58,11 @@ class WrittenSplit:
 def split_table(frame: pl.DataFrame, source: RowTokens) -> tuple[pa.Table, int | None]:
     """The Parquet table of ``frame``'s rows (materialised in its order) and their largest id."""
     input_ids, attention_mask, labels, max_id = source.materialize(frame)
-    columns: dict[str, pa.Array] = {"input_ids": input_ids, "attention_mask": attention_mask,
-                                    "labels": labels}
+    columns: dict[str, pa.Array] = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "labels": labels,
+    }
     for field in list(schemas.DATASET_ROWS)[3:] + EXTRA_FIELDS:
         columns[field.name] = frame.get_column(field.name).to_arrow().cast(field.type)
     return pa.table(columns), max_id

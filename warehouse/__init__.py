@@ -20,8 +20,21 @@ from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import connect, run_sql
 
 __all__ = [
-    "CorruptFileError", "DatasetRef", "NotFoundError", "QueryError", "TracebankError",
-    "UsageError", "Warehouse", "WarehouseError", "commit_manifest", "connect",
-    "read_manifest", "resolve_dataset", "resolve_run", "run_sql", "verify_hashes",
-    "write_json_atomic", "write_parquet_atomic",
+    "CorruptFileError",
+    "DatasetRef",
+    "NotFoundError",
+    "QueryError",
+    "TracebankError",
+    "UsageError",
+    "Warehouse",
+    "WarehouseError",
+    "commit_manifest",
+    "connect",
+    "read_manifest",
+    "resolve_dataset",
+    "resolve_run",
+    "run_sql",
+    "verify_hashes",
+    "write_json_atomic",
+    "write_parquet_atomic",
 ]

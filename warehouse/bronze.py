@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
-
 from tracebank.warehouse import schemas
 
 
@@ -24,8 +23,9 @@ def to_json(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True, default=str, allow_nan=True)
 
 
-def _rows(records: Iterable[Mapping[str, Any]], schema: pa.Schema, collection_id: str,
-          json_fields: set[str]) -> pa.Table:
+def _rows(
+    records: Iterable[Mapping[str, Any]], schema: pa.Schema, collection_id: str, json_fields: set[str]
+) -> pa.Table:
     cols: dict[str, list[Any]] = {name: [] for name in schema.names}
     for rec in records:
         for name in schema.names:
@@ -40,8 +40,12 @@ def _rows(records: Iterable[Mapping[str, Any]], schema: pa.Schema, collection_id
 
 def spans_table(spans: Iterable[Mapping[str, Any]], collection_id: str) -> pa.Table:
     """Rows of the ``spans`` table from Span dicts (``Span.model_dump()``)."""
-    return _rows(spans, schemas.SPANS, collection_id,
-                 {"status", "attributes", "events", "links", "context", "parent", "resource"})
+    return _rows(
+        spans,
+        schemas.SPANS,
+        collection_id,
+        {"status", "attributes", "events", "links", "context", "parent", "resource"},
+    )
 
 
 def rollouts_table(rollouts: Iterable[Mapping[str, Any]], collection_id: str) -> pa.Table:

@@ -20,7 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from tracebank.warehouse.errors import CorruptFileError, WarehouseError
 from tracebank.warehouse.layout import MANIFEST
 
@@ -66,8 +65,11 @@ def write_buffer_atomic(final: Path, data: Any, rows: int | None = None) -> dict
     view = memoryview(data)
     with atomic_path(final) as tmp, open(tmp, "wb") as fh:
         fh.write(view)
-    entry: dict[str, Any] = {"path": final.name, "bytes": view.nbytes,
-                             "sha256": hashlib.sha256(view).hexdigest()}
+    entry: dict[str, Any] = {
+        "path": final.name,
+        "bytes": view.nbytes,
+        "sha256": hashlib.sha256(view).hexdigest(),
+    }
     if rows is not None:
         entry["rows"] = rows
     return entry
@@ -128,11 +130,7 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
 
 def committed_files(folder: Path, manifest: dict[str, Any], table: str | None = None) -> list[Path]:
     """Paths of the files ``manifest`` lists (optionally only those of ``table``)."""
-    return [
-        folder / e["path"]
-        for e in manifest.get("files", [])
-        if table is None or e.get("table") == table
-    ]
+    return [folder / e["path"] for e in manifest.get("files", []) if table is None or e.get("table") == table]
 
 
 def check_sizes(folder: Path, manifest: dict[str, Any]) -> None:

@@ -1,15 +1,15 @@
 """Where everything lives inside a warehouse folder.
 
-    WAREHOUSE/
-      FORMAT.json                         format name and version
-      collections/<collection_id>/        bronze: one collect run
-        rollouts-0000.parquet attempts-0000.parquet spans-0000.parquet
-        manifest.json                     written last: the commit
-      silver/<collection_id>/             llm_calls, rewards, messages (+ manifest)
-      datasets/<name>/v0001/              gold: one immutable dataset version
-        train.parquet [validation.parquet] manifest.json
-      runs/<run_id>/run.json metrics.jsonl
-      tmp/                                scratch; never read
+WAREHOUSE/
+  FORMAT.json                         format name and version
+  collections/<collection_id>/        bronze: one collect run
+    rollouts-0000.parquet attempts-0000.parquet spans-0000.parquet
+    manifest.json                     written last: the commit
+  silver/<collection_id>/             llm_calls, rewards, messages (+ manifest)
+  datasets/<name>/v0001/              gold: one immutable dataset version
+    train.parquet [validation.parquet] manifest.json
+  runs/<run_id>/run.json metrics.jsonl
+  tmp/                                scratch; never read
 """
 
 from __future__ import annotations
@@ -105,8 +105,7 @@ class Warehouse:
                 f"{self.root} is a Python package, not a warehouse",
                 "pass --warehouse DIR or set TRACEBANK_WAREHOUSE (running from the source tree?)",
             )
-        for d in (self.collections_dir, self.silver_dir, self.datasets_dir, self.runs_dir,
-                  self.tmp_dir):
+        for d in (self.collections_dir, self.silver_dir, self.datasets_dir, self.runs_dir, self.tmp_dir):
             d.mkdir(parents=True, exist_ok=True)
         if not self.format_file.exists():
             write_json_atomic(self.format_file, {"format": FORMAT_NAME, "version": FORMAT_VERSION})

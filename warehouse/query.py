@@ -14,7 +14,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-
 from tracebank.warehouse import catalog, schemas
 from tracebank.warehouse.commit import check_sizes
 from tracebank.warehouse.errors import CorruptFileError, QueryError
@@ -23,10 +22,17 @@ from tracebank.warehouse.layout import Warehouse
 READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}
 
 TABLES = (
-    "rollouts", "attempts", "spans",
-    "llm_calls", "rewards", "messages",
+    "rollouts",
+    "attempts",
+    "spans",
+    "llm_calls",
+    "rewards",
+    "messages",
     "dataset_rows",
-    "collections", "datasets", "runs", "run_metrics",
+    "collections",
+    "datasets",
+    "runs",
+    "run_metrics",
 )
 
 
@@ -34,12 +40,10 @@ def _sql_list(paths: Iterable[Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
-def _view_over_files(con: duckdb.DuckDBPyConnection, name: str, files: list[Path],
-                     schema: pa.Schema) -> None:
+def _view_over_files(con: duckdb.DuckDBPyConnection, name: str, files: list[Path], schema: pa.Schema) -> None:
     if files:
         con.execute(
-            f"CREATE VIEW {name} AS SELECT * FROM read_parquet({_sql_list(files)}, "
-            "union_by_name = true)"
+            f"CREATE VIEW {name} AS SELECT * FROM read_parquet({_sql_list(files)}, union_by_name = true)"
         )
     else:
         _view_over_arrow(con, name, schema.empty_table())
@@ -71,8 +75,10 @@ def _dataset_rows_view(con: duckdb.DuckDBPyConnection, wh: Warehouse, check: boo
             keys["version"].append(catalog.version_number(folder))
             keys["split"].append(entry.get("split", entry.get("table", "train")))
     if not keys["filename"]:
-        empty = pa.schema([("dataset", pa.string()), ("version", pa.int64()),
-                           ("split", pa.string())] + list(schemas.DATASET_ROWS))
+        empty = pa.schema(
+            [("dataset", pa.string()), ("version", pa.int64()), ("split", pa.string())]
+            + list(schemas.DATASET_ROWS)
+        )
         _view_over_arrow(con, "dataset_rows", empty.empty_table())
         return
     con.register("_dataset_files", pa.table(keys))
@@ -92,8 +98,9 @@ def _flatten(record: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any]:
     return row
 
 
-def _catalog_view(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, Any]],
-                  keep: tuple[str, ...]) -> None:
+def _catalog_view(
+    con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, Any]], keep: tuple[str, ...]
+) -> None:
     flat = [_flatten(r, keep) for r in rows]
     cols = list(keep) + ["record"]
     arrays = {c: [r.get(c) for r in flat] for c in cols}
@@ -103,8 +110,18 @@ def _catalog_view(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str
 
 COLLECTION_KEYS = ("collection_id", "created_at", "tag", "store_url", "counts", "seconds")
 DATASET_KEYS = ("name", "version", "created_at", "content_hash", "rows", "params", "sources")
-RUN_KEYS = ("run_id", "status", "dataset", "base_model", "backend", "output_dir",
-            "started_at", "finished_at", "summary", "error")
+RUN_KEYS = (
+    "run_id",
+    "status",
+    "dataset",
+    "base_model",
+    "backend",
+    "output_dir",
+    "started_at",
+    "finished_at",
+    "summary",
+    "error",
+)
 
 
 def _run_metrics_view(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
@@ -118,21 +135,32 @@ def _run_metrics_view(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
                 event = json.loads(line)
             except ValueError:
                 continue  # a line being appended right now
-            rows.append({
-                "run_id": record.get("run_id", folder.name),
-                "step": event.get("step"),
-                "epoch": event.get("epoch"),
-                "split": event.get("split", "train"),
-                "loss": event.get("loss"),
-                "learning_rate": event.get("learning_rate"),
-                "grad_norm": event.get("grad_norm"),
-                "tokens": event.get("tokens"),
-                "time": event.get("time"),
-            })
-    schema = pa.schema([("run_id", pa.string()), ("step", pa.int64()), ("epoch", pa.float64()),
-                        ("split", pa.string()), ("loss", pa.float64()),
-                        ("learning_rate", pa.float64()), ("grad_norm", pa.float64()),
-                        ("tokens", pa.int64()), ("time", pa.float64())])
+            rows.append(
+                {
+                    "run_id": record.get("run_id", folder.name),
+                    "step": event.get("step"),
+                    "epoch": event.get("epoch"),
+                    "split": event.get("split", "train"),
+                    "loss": event.get("loss"),
+                    "learning_rate": event.get("learning_rate"),
+                    "grad_norm": event.get("grad_norm"),
+                    "tokens": event.get("tokens"),
+                    "time": event.get("time"),
+                }
+            )
+    schema = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("step", pa.int64()),
+            ("epoch", pa.float64()),
+            ("split", pa.string()),
+            ("loss", pa.float64()),
+            ("learning_rate", pa.float64()),
+            ("grad_norm", pa.float64()),
+            ("tokens", pa.int64()),
+            ("time", pa.float64()),
+        ]
+    )
     _view_over_arrow(con, "run_metrics", pa.Table.from_pylist(rows, schema=schema))
 
 

@@ -12,103 +12,117 @@ import pyarrow as pa
 
 TOKENS = pa.list_(pa.int32())
 
-ROLLOUTS = pa.schema([
-    ("collection_id", pa.string()),
-    ("rollout_id", pa.string()),
-    ("input", pa.string()),          # JSON
-    ("start_time", pa.float64()),
-    ("end_time", pa.float64()),
-    ("mode", pa.string()),
-    ("resources_id", pa.string()),
-    ("status", pa.string()),
-    ("config", pa.string()),         # JSON
-    ("metadata", pa.string()),       # JSON
-])
+ROLLOUTS = pa.schema(
+    [
+        ("collection_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("input", pa.string()),  # JSON
+        ("start_time", pa.float64()),
+        ("end_time", pa.float64()),
+        ("mode", pa.string()),
+        ("resources_id", pa.string()),
+        ("status", pa.string()),
+        ("config", pa.string()),  # JSON
+        ("metadata", pa.string()),  # JSON
+    ]
+)
 
-ATTEMPTS = pa.schema([
-    ("collection_id", pa.string()),
-    ("rollout_id", pa.string()),
-    ("attempt_id", pa.string()),
-    ("sequence_id", pa.int64()),
-    ("start_time", pa.float64()),
-    ("end_time", pa.float64()),
-    ("status", pa.string()),
-    ("worker_id", pa.string()),
-    ("last_heartbeat_time", pa.float64()),
-    ("metadata", pa.string()),       # JSON
-])
+ATTEMPTS = pa.schema(
+    [
+        ("collection_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("attempt_id", pa.string()),
+        ("sequence_id", pa.int64()),
+        ("start_time", pa.float64()),
+        ("end_time", pa.float64()),
+        ("status", pa.string()),
+        ("worker_id", pa.string()),
+        ("last_heartbeat_time", pa.float64()),
+        ("metadata", pa.string()),  # JSON
+    ]
+)
 
-SPANS = pa.schema([
-    ("collection_id", pa.string()),
-    ("rollout_id", pa.string()),
-    ("attempt_id", pa.string()),
-    ("sequence_id", pa.int64()),
-    ("trace_id", pa.string()),
-    ("span_id", pa.string()),
-    ("parent_id", pa.string()),
-    ("name", pa.string()),
-    ("status", pa.string()),         # JSON {status_code, description}
-    ("attributes", pa.string()),     # JSON, whole (redacted unless --no-redact)
-    ("events", pa.string()),         # JSON
-    ("links", pa.string()),          # JSON
-    ("start_time", pa.float64()),
-    ("end_time", pa.float64()),
-    ("context", pa.string()),        # JSON
-    ("parent", pa.string()),         # JSON
-    ("resource", pa.string()),       # JSON
-])
+SPANS = pa.schema(
+    [
+        ("collection_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("attempt_id", pa.string()),
+        ("sequence_id", pa.int64()),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_id", pa.string()),
+        ("name", pa.string()),
+        ("status", pa.string()),  # JSON {status_code, description}
+        ("attributes", pa.string()),  # JSON, whole (redacted unless --no-redact)
+        ("events", pa.string()),  # JSON
+        ("links", pa.string()),  # JSON
+        ("start_time", pa.float64()),
+        ("end_time", pa.float64()),
+        ("context", pa.string()),  # JSON
+        ("parent", pa.string()),  # JSON
+        ("resource", pa.string()),  # JSON
+    ]
+)
 
-LLM_CALLS = pa.schema([
-    ("collection_id", pa.string()),
-    ("rollout_id", pa.string()),
-    ("attempt_id", pa.string()),
-    ("span_id", pa.string()),
-    ("span_name", pa.string()),
-    ("sequence_id", pa.int64()),
-    ("start_time", pa.float64()),
-    ("response_id", pa.string()),
-    ("model", pa.string()),
-    ("prompt_token_ids", TOKENS),
-    ("response_token_ids", TOKENS),
-    ("prompt_len", pa.int32()),
-    ("response_len", pa.int32()),
-    ("reject_reason", pa.string()),  # null when the call is usable
-])
+LLM_CALLS = pa.schema(
+    [
+        ("collection_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("attempt_id", pa.string()),
+        ("span_id", pa.string()),
+        ("span_name", pa.string()),
+        ("sequence_id", pa.int64()),
+        ("start_time", pa.float64()),
+        ("response_id", pa.string()),
+        ("model", pa.string()),
+        ("prompt_token_ids", TOKENS),
+        ("response_token_ids", TOKENS),
+        ("prompt_len", pa.int32()),
+        ("response_len", pa.int32()),
+        ("reject_reason", pa.string()),  # null when the call is usable
+    ]
+)
 
-REWARDS = pa.schema([
-    ("collection_id", pa.string()),
-    ("rollout_id", pa.string()),
-    ("attempt_id", pa.string()),
-    ("span_id", pa.string()),
-    ("span_name", pa.string()),
-    ("sequence_id", pa.int64()),
-    ("start_time", pa.float64()),
-    ("name", pa.string()),
-    ("value", pa.float64()),
-    ("source", pa.string()),         # agentlightning | agentops
-])
+REWARDS = pa.schema(
+    [
+        ("collection_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("attempt_id", pa.string()),
+        ("span_id", pa.string()),
+        ("span_name", pa.string()),
+        ("sequence_id", pa.int64()),
+        ("start_time", pa.float64()),
+        ("name", pa.string()),
+        ("value", pa.float64()),
+        ("source", pa.string()),  # agentlightning | agentops
+    ]
+)
 
-MESSAGES = pa.schema([
-    ("collection_id", pa.string()),
-    ("rollout_id", pa.string()),
-    ("attempt_id", pa.string()),
-    ("span_id", pa.string()),        # the litellm_request span of the call
-    ("sequence_id", pa.int64()),
-    ("direction", pa.string()),      # input | output
-    ("message_index", pa.int32()),
-    ("role", pa.string()),
-    ("content", pa.string()),
-])
+MESSAGES = pa.schema(
+    [
+        ("collection_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("attempt_id", pa.string()),
+        ("span_id", pa.string()),  # the litellm_request span of the call
+        ("sequence_id", pa.int64()),
+        ("direction", pa.string()),  # input | output
+        ("message_index", pa.int32()),
+        ("role", pa.string()),
+        ("content", pa.string()),
+    ]
+)
 
-DATASET_ROWS = pa.schema([
-    ("input_ids", TOKENS),
-    ("attention_mask", TOKENS),
-    ("labels", TOKENS),
-    ("reward", pa.float64()),
-    ("rollout_id", pa.string()),
-    ("attempt_id", pa.string()),
-    ("span_id", pa.string()),
-])
+DATASET_ROWS = pa.schema(
+    [
+        ("input_ids", TOKENS),
+        ("attention_mask", TOKENS),
+        ("labels", TOKENS),
+        ("reward", pa.float64()),
+        ("rollout_id", pa.string()),
+        ("attempt_id", pa.string()),
+        ("span_id", pa.string()),
+    ]
+)
 
 BRONZE = {"rollouts": ROLLOUTS, "attempts": ATTEMPTS, "spans": SPANS}
 SILVER = {"llm_calls": LLM_CALLS, "rewards": REWARDS, "messages": MESSAGES}

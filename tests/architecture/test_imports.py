@@ -12,8 +12,7 @@ ORCHESTRATORS = ("loop", "cli")
 # Folder in the repository -> the package it installs as.
 FOLDERS = {"warehouse": "warehouse", **{s: s for s in STAGES}, "loop": "loop", "cli": "tracebank/cli"}
 PACKAGES = ("warehouse", *STAGES, *ORCHESTRATORS)
-HEAVY = ("torch", "transformers", "trl", "peft", "unsloth", "vllm", "agentlightning", "datasets",
-         "litellm")
+HEAVY = ("torch", "transformers", "trl", "peft", "unsloth", "vllm", "agentlightning", "datasets", "litellm")
 CODE_FOLDERS = (*FOLDERS.values(), "tracebank", "tests", "bench", "scripts")
 
 

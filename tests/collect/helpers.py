@@ -26,8 +26,9 @@ def client(url: str) -> Any:
     return LightningStoreClient(url)
 
 
-async def fill_random(store: Any, n: int, seed: int = 0, concurrency: int = 16,
-                      n_calls: int = 2) -> list[tuple[str, str]]:
+async def fill_random(
+    store: Any, n: int, seed: int = 0, concurrency: int = 16, n_calls: int = 2
+) -> list[tuple[str, str]]:
     """``n`` succeeded train rollouts of ``n_calls`` proxied calls and a reward each."""
     rng = random.Random(seed)
     sem = asyncio.Semaphore(concurrency)
@@ -35,7 +36,8 @@ async def fill_random(store: Any, n: int, seed: int = 0, concurrency: int = 16,
     async def one() -> tuple[str, str]:
         async with sem:
             return await add_rollout(
-                store, lambda r, a: random_rollout_spans(r, a, rng, n_calls=n_calls, reward=rng.random()))
+                store, lambda r, a: random_rollout_spans(r, a, rng, n_calls=n_calls, reward=rng.random())
+            )
 
     return list(await asyncio.gather(*[one() for _ in range(n)]))
 
@@ -68,13 +70,20 @@ def cli_env() -> dict[str, str]:
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`tracebank ARGS` in a subprocess of its own."""
-    return subprocess.run([*TRACEBANK, *args], capture_output=True, text=True, env=cli_env(),
-                          cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [*TRACEBANK, *args], capture_output=True, text=True, env=cli_env(), cwd=ROOT, timeout=timeout
+    )
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([*TRACEBANK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=cli_env(), cwd=ROOT)
+    return subprocess.Popen(
+        [*TRACEBANK, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        cwd=ROOT,
+    )
 
 
 class DroppingProxy:

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from tracebank.collect import CollectConfig, collect
-from tests.collect.helpers import client, store_spans
-from tests.fixtures.fill import add_attempt, add_rollout
-from tests.fixtures.proxy_spans import SECRET_KEY, random_rollout_spans, reward_span
-from tracebank.cli.main import cli
 from tracebank.warehouse import catalog
 from tracebank.warehouse.bronze import span_dict_from_row
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
+
+from tests.collect.helpers import client, store_spans
+from tests.fixtures.fill import add_attempt, add_rollout
+from tests.fixtures.proxy_spans import SECRET_KEY, random_rollout_spans, reward_span
+from tracebank.cli.main import cli
 
 SUMMARY = re.compile(
     r"^collected c\d{8}T\d{6}Z-[0-9a-f]{6}: (\d+) new rollouts, (\d+) spans, (\d+) skipped, "
@@ -85,7 +85,8 @@ def test_default_collects_latest_attempt_of_succeeded_rollouts(filled, wh):
     assert _collected_rollouts(wh) == _ids(filled, *DEFAULT_GROUPS)
     assert result.counts["spans"] == DEFAULT_SPANS
     assert run_sql(wh, "SELECT count(*) n, count(DISTINCT span_id) d FROM spans").to_pylist() == [
-        {"n": DEFAULT_SPANS, "d": DEFAULT_SPANS}]
+        {"n": DEFAULT_SPANS, "d": DEFAULT_SPANS}
+    ]
     attempts = run_sql(wh, "SELECT attempt_id FROM attempts").column("attempt_id").to_pylist()
     assert filled.first_attempt_of_retried not in attempts
     assert filled.groups["retried"][0][1] in attempts
@@ -103,8 +104,12 @@ def test_every_span_round_trips_exactly_with_no_redact(filled, wh):
             expected[span.span_id] = span
     assert len(expected) == len(rows) > DEFAULT_SPANS
     assert archived == expected
-    assert run_sql(wh, f"SELECT count(*) n FROM spans WHERE attributes LIKE '%{SECRET_KEY}%'"
-                   ).to_pylist()[0]["n"] > 0
+    assert (
+        run_sql(wh, f"SELECT count(*) n FROM spans WHERE attributes LIKE '%{SECRET_KEY}%'").to_pylist()[0][
+            "n"
+        ]
+        > 0
+    )
 
 
 def test_secrets_are_redacted_and_token_ids_kept(filled, wh):
@@ -115,11 +120,13 @@ def test_secrets_are_redacted_and_token_ids_kept(filled, wh):
     for path in wh.root.rglob("*"):
         if path.is_file():
             assert SECRET_KEY.encode() not in path.read_bytes(), path
-    assert run_sql(wh, f"SELECT count(*) n FROM spans WHERE attributes LIKE '%{SECRET_KEY[3:20]}%'"
-                   ).to_pylist() == [{"n": 0}]
+    assert run_sql(
+        wh, f"SELECT count(*) n FROM spans WHERE attributes LIKE '%{SECRET_KEY[3:20]}%'"
+    ).to_pylist() == [{"n": 0}]
     rows = run_sql(wh, "SELECT * FROM spans WHERE name = 'litellm_request'").to_pylist()
-    stored = {s.span_id: s for rid, aid in filled.groups["train_ok"][:1]
-              for s in store_spans(filled.url, rid, aid)}
+    stored = {
+        s.span_id: s for rid, aid in filled.groups["train_ok"][:1] for s in store_spans(filled.url, rid, aid)
+    }
     checked = 0
     for row in rows:
         if row["span_id"] not in stored:
@@ -133,8 +140,9 @@ def test_secrets_are_redacted_and_token_ids_kept(filled, wh):
         assert changed == {"llm.api_key", "metadata.requester_metadata"}
         checked += 1
     assert checked == 2
-    raw = run_sql(wh, "SELECT attributes FROM spans WHERE name = 'raw_gen_ai_request' LIMIT 1"
-                  ).to_pylist()[0]["attributes"]
+    raw = run_sql(wh, "SELECT attributes FROM spans WHERE name = 'raw_gen_ai_request' LIMIT 1").to_pylist()[
+        0
+    ]["attributes"]
     assert json.loads(raw)["llm.hosted_vllm.prompt_token_ids"].startswith("[")
 
 
@@ -148,12 +156,17 @@ def test_second_collect_adds_nothing(filled, wh):
     assert run_sql(wh, "SELECT count(*) n FROM spans").to_pylist() == [{"n": DEFAULT_SPANS}]
 
 
-@pytest.mark.parametrize(("config", "groups"), [
-    (CollectConfig(mode="val"), ("val_ok",)),
-    (CollectConfig(statuses=("failed",)), ("failed",)),
-    (CollectConfig(statuses=("failed", "succeeded"), mode="train"),
-     ("train_ok", "failed", "retried", "no_llm")),
-])
+@pytest.mark.parametrize(
+    ("config", "groups"),
+    [
+        (CollectConfig(mode="val"), ("val_ok",)),
+        (CollectConfig(statuses=("failed",)), ("failed",)),
+        (
+            CollectConfig(statuses=("failed", "succeeded"), mode="train"),
+            ("train_ok", "failed", "retried", "no_llm"),
+        ),
+    ],
+)
 def test_status_and_mode_filters(filled, wh, config, groups):
     collect(filled.url, wh, config)
     assert _collected_rollouts(wh) == _ids(filled, *groups)
@@ -228,16 +241,36 @@ def test_cli_summary_lines(filled, wh):
     assert first.stderr.startswith("Warning: 1 of 9 succeeded rollouts have no LLM-call spans")
     second = runner.invoke(cli, args)
     assert second.exit_code == 0
-    assert re.fullmatch(r"nothing new: 0 new rollouts, 0 spans, 9 skipped, 0 evicted in \d+\.\ds\n",
-                        second.stdout)
+    assert re.fullmatch(
+        r"nothing new: 0 new rollouts, 0 spans, 9 skipped, 0 evicted in \d+\.\ds\n", second.stdout
+    )
 
 
 def test_cli_filters_reach_the_library(filled, wh):
     runner = CliRunner()
-    out = runner.invoke(cli, ["--warehouse", str(wh.root), "collect", "--store", filled.url + "/",
-                              "--status", "failed", "--status", "succeeded", "--mode", "val",
-                              "--since", "2000-01-01", "--tag", "t1", "--no-redact",
-                              "--concurrency", "3"])
+    out = runner.invoke(
+        cli,
+        [
+            "--warehouse",
+            str(wh.root),
+            "collect",
+            "--store",
+            filled.url + "/",
+            "--status",
+            "failed",
+            "--status",
+            "succeeded",
+            "--mode",
+            "val",
+            "--since",
+            "2000-01-01",
+            "--tag",
+            "t1",
+            "--no-redact",
+            "--concurrency",
+            "3",
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert SUMMARY.match(out.stdout.splitlines()[0]).groups()[:2] == ("2", "14")
     manifest = catalog.collections(wh)[0][1]
@@ -245,16 +278,23 @@ def test_cli_filters_reach_the_library(filled, wh):
     assert manifest["concurrency"] == 3 and manifest["filters"]["since"] == 946684800.0
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--since", "yesterday"], "Error: invalid --since 'yesterday' (use epoch seconds or an ISO date/time"),
-    (["--status", "done"], "Error: invalid --status done (use one or more of queuing"),
-    (["--mode", "prod"], "Error: invalid --mode 'prod' (use one of train, val, test)"),
-    (["--attempts", "first"], "Error: invalid --attempts 'first' (use latest or all)"),
-    (["--concurrency", "0"], "Error: concurrency must be at least 1"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--since", "yesterday"],
+            "Error: invalid --since 'yesterday' (use epoch seconds or an ISO date/time",
+        ),
+        (["--status", "done"], "Error: invalid --status done (use one or more of queuing"),
+        (["--mode", "prod"], "Error: invalid --mode 'prod' (use one of train, val, test)"),
+        (["--attempts", "first"], "Error: invalid --attempts 'first' (use latest or all)"),
+        (["--concurrency", "0"], "Error: concurrency must be at least 1"),
+    ],
+)
 def test_cli_bad_flags_are_one_line(wh, args, message):
-    out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", "--store",
-                                   "http://127.0.0.1:1", *args])
+    out = CliRunner().invoke(
+        cli, ["--warehouse", str(wh.root), "collect", "--store", "http://127.0.0.1:1", *args]
+    )
     assert out.exit_code == 2
     assert out.stderr.startswith(message) and out.stderr.count("\n") == 1
 

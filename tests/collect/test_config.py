@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import pytest
-
 from tracebank.collect import CollectConfig, parse_since
 from tracebank.collect.errors import CollectUsageError
 from tracebank.collect.source import check_url
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("1700000000", 1_700_000_000.0),
-    ("1700000000.5", 1_700_000_000.5),
-    ("2023-11-14", 1_699_920_000.0),
-    ("2023-11-14T22:13:20Z", 1_700_000_000.0),
-    ("2023-11-14T23:13:20+01:00", 1_700_000_000.0),
-    ("2023-11-14 22:13:20", 1_700_000_000.0),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1700000000", 1_700_000_000.0),
+        ("1700000000.5", 1_700_000_000.5),
+        ("2023-11-14", 1_699_920_000.0),
+        ("2023-11-14T22:13:20Z", 1_700_000_000.0),
+        ("2023-11-14T23:13:20+01:00", 1_700_000_000.0),
+        ("2023-11-14 22:13:20", 1_700_000_000.0),
+    ],
+)
 def test_since(text, expected):
     assert parse_since(text) == expected
 
@@ -27,12 +29,19 @@ def test_bad_since_is_one_line():
     assert "\n" not in err.value.one_line() and err.value.exit_code == 2
 
 
-@pytest.mark.parametrize("config", [
-    CollectConfig(statuses=()), CollectConfig(statuses=("ok",)), CollectConfig(mode="prod"),
-    CollectConfig(attempts="first"),  # type: ignore[arg-type]
-    CollectConfig(concurrency=0), CollectConfig(rows_per_file=0), CollectConfig(retries=-1),
-    CollectConfig(health_timeout_s=0),
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        CollectConfig(statuses=()),
+        CollectConfig(statuses=("ok",)),
+        CollectConfig(mode="prod"),
+        CollectConfig(attempts="first"),  # type: ignore[arg-type]
+        CollectConfig(concurrency=0),
+        CollectConfig(rows_per_file=0),
+        CollectConfig(retries=-1),
+        CollectConfig(health_timeout_s=0),
+    ],
+)
 def test_bad_configs(config):
     with pytest.raises(CollectUsageError):
         config.validate()
@@ -40,8 +49,13 @@ def test_bad_configs(config):
 
 def test_defaults_are_valid_and_recorded():
     cfg = CollectConfig().validate()
-    assert cfg.filters() == {"statuses": ["succeeded"], "mode": None, "rollout_ids": [], "since": None,
-                             "attempts": "latest"}
+    assert cfg.filters() == {
+        "statuses": ["succeeded"],
+        "mode": None,
+        "rollout_ids": [],
+        "since": None,
+        "attempts": "latest",
+    }
 
 
 def test_url_is_normalised():

@@ -9,11 +9,11 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from tracebank.warehouse import catalog
+from tracebank.warehouse.layout import MANIFEST, Warehouse
 
 from tests.collect.helpers import fill_url, run_cli, start_cli, wait_for
 from tracebank.cli.main import cli
-from tracebank.warehouse import catalog
-from tracebank.warehouse.layout import MANIFEST, Warehouse
 
 N_ROLLOUTS = 200
 SPANS_EACH = 13  # four proxied calls of three spans, and a reward
@@ -43,8 +43,9 @@ def _sql(wh: Warehouse, statement: str) -> list:
 
 
 def test_sigkill_midway_then_rerun_leaves_one_copy_of_every_span(big_store, wh):
-    proc = start_cli("--warehouse", str(wh.root), "collect", "--store", big_store,
-                     "--rows-per-file", ROWS_PER_FILE)
+    proc = start_cli(
+        "--warehouse", str(wh.root), "collect", "--store", big_store, "--rows-per-file", ROWS_PER_FILE
+    )
     try:
         # The real midpoint: a data file is on disk, the fetching goes on, nothing is committed.
         assert wait_for(lambda: bool(_data_files(wh)), timeout=60), proc.communicate()
@@ -64,8 +65,10 @@ def test_sigkill_midway_then_rerun_leaves_one_copy_of_every_span(big_store, wh):
     total = N_ROLLOUTS * SPANS_EACH
     assert rerun.stdout.startswith("collected c")
     assert f"{N_ROLLOUTS} new rollouts, {total} spans, 0 skipped" in rerun.stdout
-    assert _sql(wh, "SELECT count(*) AS n, count(DISTINCT span_id) AS d, count(DISTINCT collection_id) AS c "
-                    "FROM spans") == [{"n": total, "d": total, "c": 1}]
+    assert _sql(
+        wh,
+        "SELECT count(*) AS n, count(DISTINCT span_id) AS d, count(DISTINCT collection_id) AS c FROM spans",
+    ) == [{"n": total, "d": total, "c": 1}]
     assert _sql(wh, "SELECT count(*) AS n FROM attempts") == [{"n": N_ROLLOUTS}]
     again = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", "--store", big_store])
     assert again.stdout.startswith(f"nothing new: 0 new rollouts, 0 spans, {N_ROLLOUTS} skipped")
@@ -74,8 +77,17 @@ def test_sigkill_midway_then_rerun_leaves_one_copy_of_every_span(big_store, wh):
 def test_sql_runs_while_a_collect_writes(big_store, wh):
     wh.init()
     # --concurrency 1 only stretches the run so several reads fit inside it.
-    proc = start_cli("--warehouse", str(wh.root), "collect", "--store", big_store,
-                     "--rows-per-file", "20", "--concurrency", "1")
+    proc = start_cli(
+        "--warehouse",
+        str(wh.root),
+        "collect",
+        "--store",
+        big_store,
+        "--rows-per-file",
+        "20",
+        "--concurrency",
+        "1",
+    )
     total = N_ROLLOUTS * SPANS_EACH
     reads_during_write = 0
     log = []
@@ -84,8 +96,9 @@ def test_sql_runs_while_a_collect_writes(big_store, wh):
         while proc.poll() is None:
             # uncommitted data files on disk and the writer alive: the read starts mid-write
             mid_write = bool(_data_files(wh)) and proc.poll() is None
-            during = run_cli("--warehouse", str(wh.root), "sql", "SELECT count(*) AS n FROM spans",
-                             "--format", "json")
+            during = run_cli(
+                "--warehouse", str(wh.root), "sql", "SELECT count(*) AS n FROM spans", "--format", "json"
+            )
             assert during.returncode == 0, during.stderr
             # a reader sees all of the collection or none of it, never a part
             assert json.loads(during.stdout)["n"] in (0, total)

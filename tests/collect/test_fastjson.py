@@ -7,11 +7,11 @@ import math
 import random
 
 import pytest
-
 from tracebank.collect import fastjson
 from tracebank.collect.writer import spans_arrow
-from tests.fixtures.proxy_spans import random_rollout_spans
 from tracebank.warehouse import bronze
+
+from tests.fixtures.proxy_spans import random_rollout_spans
 
 pytestmark = pytest.mark.skipif(fastjson.orjson is None, reason="orjson is not installed")
 
@@ -27,11 +27,14 @@ def _same_value(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
-@pytest.mark.parametrize("text", [
-    b'{"a": 1, "b": [1.5, -0.0, 1e-7, 1e+16, true, null, "\\u00e9t\\u00e9 \\ud83d\\ude00"]}',
-    b'{"z": {"y": {"x": "deep"}}, "a": "", "m": [], "n": {}}',
-    b'{"big": 999999999999999999, "neg": -999999999999999999}',  # 18 digits: orjson reads ints
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"a": 1, "b": [1.5, -0.0, 1e-7, 1e+16, true, null, "\\u00e9t\\u00e9 \\ud83d\\ude00"]}',
+        b'{"z": {"y": {"x": "deep"}}, "a": "", "m": [], "n": {}}',
+        b'{"big": 999999999999999999, "neg": -999999999999999999}',  # 18 digits: orjson reads ints
+    ],
+)
 def test_plain_documents_round_trip_to_the_same_values(text):
     value, plain = fastjson.loads(text)
     assert plain
@@ -41,13 +44,16 @@ def test_plain_documents_round_trip_to_the_same_values(text):
     assert list(json.loads(fast)) == list(json.loads(exact))  # keys sorted alike
 
 
-@pytest.mark.parametrize("text", [
-    b'{"nan": NaN, "inf": Infinity}',            # orjson refuses these; json reads them
-    b'{"n": 123456789012345678901234567890}',    # orjson would read a float
-    b'{"n": -9223372036854775809}',
-    b'{"n": 18446744073709551615}',               # 19+ digits: json, to be sure
-    b'{"s": "\\ud800 lone surrogate"}',           # orjson refuses it; json keeps it
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"nan": NaN, "inf": Infinity}',  # orjson refuses these; json reads them
+        b'{"n": 123456789012345678901234567890}',  # orjson would read a float
+        b'{"n": -9223372036854775809}',
+        b'{"n": 18446744073709551615}',  # 19+ digits: json, to be sure
+        b'{"s": "\\ud800 lone surrogate"}',  # orjson refuses it; json keeps it
+    ],
+)
 def test_what_orjson_reads_differently_goes_through_json(text):
     value, plain = fastjson.loads(text)
     assert not plain
@@ -71,10 +77,14 @@ def test_spans_arrow_plain_and_exact_hold_the_same_spans():
             s[k] = ids.get(s[k], s[k])
         for k in ("context", "parent"):
             if s.get(k):
-                s[k] = {**s[k], "trace_id": ids.get(s[k]["trace_id"], s[k]["trace_id"]),
-                        "span_id": ids.get(s[k]["span_id"], s[k]["span_id"])}
-        for key in [k for k, v in s["attributes"].items() if k == "gen_ai.response.id" or
-                    k == "llm.hosted_vllm.id"]:
+                s[k] = {
+                    **s[k],
+                    "trace_id": ids.get(s[k]["trace_id"], s[k]["trace_id"]),
+                    "span_id": ids.get(s[k]["span_id"], s[k]["span_id"]),
+                }
+        for key in [
+            k for k, v in s["attributes"].items() if k == "gen_ai.response.id" or k == "llm.hosted_vllm.id"
+        ]:
             s["attributes"][key] = f"chatcmpl-resp-{s['sequence_id']}"
     spans[1]["attributes"]["unicode"] = "naïve ünïcode ✓"
     plain_spans, plain = fastjson.loads(json.dumps(spans).encode())
@@ -82,5 +92,6 @@ def test_spans_arrow_plain_and_exact_hold_the_same_spans():
     exact = spans_arrow(spans, "c1")
     fast = spans_arrow(plain_spans, "c1", plain=True)
     assert exact.equals(bronze.spans_table(spans, "c1"))  # the exact path is bronze's, byte for byte
-    assert [bronze.span_dict_from_row(r) for r in fast.to_pylist()] == \
-        [bronze.span_dict_from_row(r) for r in exact.to_pylist()]
+    assert [bronze.span_dict_from_row(r) for r in fast.to_pylist()] == [
+        bronze.span_dict_from_row(r) for r in exact.to_pylist()
+    ]

@@ -10,13 +10,13 @@ import time
 
 import pytest
 from click.testing import CliRunner
-
 from tracebank.collect import CollectConfig, StoreRequestError, StoreUnreachableError, collect
+from tracebank.warehouse import catalog
+from tracebank.warehouse.query import run_sql
+
 from tests.collect.helpers import ROOT, DroppingProxy, cli_env, fill_random, fill_url
 from tests.fixtures.store_server import free_port, wait_healthy
 from tracebank.cli.main import cli
-from tracebank.warehouse import catalog
-from tracebank.warehouse.query import run_sql
 
 
 def test_unreachable_store_is_one_line_naming_the_url_and_fast(wh):
@@ -25,8 +25,10 @@ def test_unreachable_store_is_one_line_naming_the_url_and_fast(wh):
     out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", "--store", url])
     assert time.monotonic() - t0 < 5
     assert out.exit_code == 1
-    assert out.stderr == (f"Error: cannot reach the store at {url} (connection refused) "
-                          "(is `agl store` running there? check --store)\n")
+    assert out.stderr == (
+        f"Error: cannot reach the store at {url} (connection refused) "
+        "(is `agl store` running there? check --store)\n"
+    )
     assert catalog.collections(wh) == []
 
 
@@ -36,8 +38,11 @@ def test_silent_store_times_out_quickly(wh):
         listener.listen(8)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         t0 = time.monotonic()
-        with pytest.raises(StoreUnreachableError, match=f"cannot reach the store at {url} "
-                                                         r"\(no answer within 0.5s\)"):
+        with pytest.raises(
+            StoreUnreachableError,
+            match=f"cannot reach the store at {url} "
+            r"\(no answer within 0.5s\)",
+        ):
             collect(url, wh, CollectConfig(health_timeout_s=0.5))
         assert time.monotonic() - t0 < 3
 
@@ -59,7 +64,8 @@ def test_dropped_connections_are_retried(small_store, wh):
     assert proxy.dropped == 6
     assert result.counts["rollouts"] == 40 and result.counts["spans"] == 40 * 7
     assert run_sql(wh, "SELECT count(*) n, count(DISTINCT span_id) d FROM spans").to_pylist() == [
-        {"n": 280, "d": 280}]
+        {"n": 280, "d": 280}
+    ]
 
 
 def test_failures_beyond_the_retries_stop_the_run_with_nothing_committed(small_store, wh):
@@ -86,9 +92,9 @@ def evicting_store_url(tmp_path):
     port = free_port()
     log = open(tmp_path / "evicting-store.log", "wb")
     cmd = [sys.executable, "-m", "tests.collect.evicting_store", str(port), str(EVICT_BYTES)]
-    proc = subprocess.Popen(cmd,
-                            cwd=ROOT, env=cli_env(), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=cli_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc=proc)
@@ -110,7 +116,8 @@ def test_evicted_rollouts_are_recorded_not_fatal_over_http(evicting_store_url, w
     assert {e["rollout_id"] for e in manifest["evicted"]} == evicted
     assert all("evicted" in e["reason"] and e["attempt_id"] for e in manifest["evicted"])
     assert {r for r, _ in ids} - evicted == set(
-        run_sql(wh, "SELECT DISTINCT rollout_id FROM spans").column("rollout_id").to_pylist())
+        run_sql(wh, "SELECT DISTINCT rollout_id FROM spans").column("rollout_id").to_pylist()
+    )
     assert result.summary().endswith(f"{len(evicted)} evicted in {result.seconds['total']:.1f}s")
     again = collect(evicting_store_url, wh, CollectConfig())
     assert not again.committed and again.counts["skipped"] == 12
@@ -134,7 +141,6 @@ def test_in_process_store_object_with_eviction(wh):
 
 def test_in_process_store_round_trip(wh):
     from agentlightning import InMemoryLightningStore, Span
-
     from tracebank.warehouse.bronze import span_dict_from_row
 
     store = InMemoryLightningStore()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from tracebank.loop import DemoConfig, LoopUsageError
 from tracebank.loop.demo import run_demo
 from tracebank.warehouse.layout import Warehouse

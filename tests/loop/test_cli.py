@@ -6,11 +6,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from tracebank.serve.process import free_port
-from tracebank.cli.main import cli
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
+
+from tracebank.cli.main import cli
 
 AGENT = "tracebank.loop.toy_agent:repeat_text"
 
@@ -128,7 +128,9 @@ def test_a_function_that_is_not_a_rollout(tmp_path, tasks_file, model_v0):
         "cpu",
     )
     assert out.exit_code == 2
-    assert _error(out).startswith("Error: tracebank.loop.toy_agent:similarity is not an agentlightning rollout: ")
+    assert _error(out).startswith(
+        "Error: tracebank.loop.toy_agent:similarity is not an agentlightning rollout: "
+    )
 
 
 def test_missing_model_folder(tmp_path, tasks_file):

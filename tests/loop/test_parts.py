@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tracebank.loop import LoopUsageError, RoundConfig, ServerConfig, StagesConfig, load_tasks, next_model_path
+from tracebank.loop import (
+    LoopUsageError,
+    RoundConfig,
+    ServerConfig,
+    StagesConfig,
+    load_tasks,
+    next_model_path,
+)
 from tracebank.loop.servers import server_command
 from tracebank.loop.toy_agent import make_tasks, similarity
 
@@ -117,7 +123,6 @@ def test_toy_tasks_and_reward():
 
 def test_a_stock_llm_proxy_is_refused_where_it_would_lose_every_span():
     import agentlightning as agl
-
     from tracebank.loop.round import _check_proxy
     from tracebank.serve.proxy import TracebankLLMProxy, otlp_exporter_binds_endpoint_at_init
 

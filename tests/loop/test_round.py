@@ -15,7 +15,6 @@ import socket
 import time
 
 import pytest
-
 from tracebank.loop import LocalRunners, RoundConfig, RoundTimeoutError, ServerConfig, StagesConfig, run_round
 from tracebank.loop.toy_agent import LOG_ENV, make_tasks, read_log, toy_agent
 from tracebank.warehouse.layout import Warehouse

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from tracebank.serve.process import start_cpu_server
 
 MODEL_NAME = "tiny"
@@ -28,6 +27,12 @@ def tiny_tokenizer(tiny_model_dir):
 def cpu_server(tiny_model_dir, tmp_path_factory):
     """``python -m serve.cpu_server`` serving the tiny model as ``tiny`` (stateless, so shared)."""
     log = tmp_path_factory.mktemp("cpu-server") / "server.log"
-    with start_cpu_server(tiny_model_dir, served_model_name=MODEL_NAME, max_model_len=512,
-                          default_max_tokens=16, log_path=log, threads=1) as server:
+    with start_cpu_server(
+        tiny_model_dir,
+        served_model_name=MODEL_NAME,
+        max_model_len=512,
+        default_max_tokens=16,
+        log_path=log,
+        threads=1,
+    ) as server:
         yield server

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from tracebank.serve.config import CpuServerConfig
 from tracebank.serve.cpu_server import ChatModel, SamplingSpec, main
+
 from tests.serve.conftest import MODEL_NAME
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2+2?"}]
@@ -20,8 +20,9 @@ def post(server, body: dict, **kw) -> httpx.Response:
 
 
 def chat(server, **fields) -> dict:
-    resp = post(server, {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 8, "temperature": 0,
-                         **fields})
+    resp = post(
+        server, {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 8, "temperature": 0, **fields}
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()
 
@@ -31,8 +32,9 @@ def test_health_and_models(cpu_server):
     assert httpx.get(f"{root}/health").status_code == 200
     models = httpx.get(f"{cpu_server.base_url}/models").json()
     assert models["object"] == "list"
-    assert [(m["id"], m["object"], m["max_model_len"]) for m in models["data"]] == \
-        [(MODEL_NAME, "model", 512)]
+    assert [(m["id"], m["object"], m["max_model_len"]) for m in models["data"]] == [
+        (MODEL_NAME, "model", 512)
+    ]
 
 
 def test_return_token_ids_gives_prompt_and_response_ids(cpu_server, tiny_tokenizer):
@@ -47,12 +49,20 @@ def test_return_token_ids_gives_prompt_and_response_ids(cpu_server, tiny_tokeniz
     prompt_ids, response_ids = body["prompt_token_ids"], choice["token_ids"]
     template = tiny_tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
     assert tiny_tokenizer.decode(prompt_ids) == template
-    assert prompt_ids == tiny_tokenizer.apply_chat_template(
-        MESSAGES, add_generation_prompt=True, tokenize=True)["input_ids"]
+    assert (
+        prompt_ids
+        == tiny_tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)[
+            "input_ids"
+        ]
+    )
     assert len(response_ids) == 8
     assert tiny_tokenizer.decode(response_ids, skip_special_tokens=True) == choice["message"]["content"]
-    assert body["usage"] == {"prompt_tokens": len(prompt_ids), "completion_tokens": 8,
-                             "total_tokens": len(prompt_ids) + 8, "prompt_tokens_details": None}
+    assert body["usage"] == {
+        "prompt_tokens": len(prompt_ids),
+        "completion_tokens": 8,
+        "total_tokens": len(prompt_ids) + 8,
+        "prompt_tokens_details": None,
+    }
 
 
 def test_token_ids_absent_unless_requested(cpu_server):
@@ -63,10 +73,14 @@ def test_token_ids_absent_unless_requested(cpu_server):
 
 
 def test_greedy_is_deterministic_and_seeded_sampling_repeats(cpu_server):
-    assert chat(cpu_server, return_token_ids=True)["choices"][0]["token_ids"] == \
+    assert (
         chat(cpu_server, return_token_ids=True)["choices"][0]["token_ids"]
-    seeded = [chat(cpu_server, temperature=1.0, seed=7, return_token_ids=True)["choices"][0]["token_ids"]
-              for _ in range(2)]
+        == chat(cpu_server, return_token_ids=True)["choices"][0]["token_ids"]
+    )
+    seeded = [
+        chat(cpu_server, temperature=1.0, seed=7, return_token_ids=True)["choices"][0]["token_ids"]
+        for _ in range(2)
+    ]
     assert seeded[0] == seeded[1]
 
 
@@ -83,7 +97,7 @@ SAMPLED = {"temperature": 1.0, "seed": 11, "max_tokens": 16}  # varied text; gre
 def pick_stop(text: str) -> tuple[int, str]:
     """A two-character stop string whose first occurrence in ``text`` is after its start."""
     for k in range(1, len(text) - 1):
-        stop = text[k:k + 2]
+        stop = text[k : k + 2]
         if "\ufffd" not in stop and text.find(stop) == k:
             return k, stop
     raise AssertionError(f"no usable stop string in {text!r}")
@@ -98,7 +112,7 @@ def test_stop_string_cuts_text_but_keeps_ids(cpu_server, tiny_tokenizer):
     assert body["message"]["content"] == text[:k] != ""
     # The ids run up to the token that completed the stop string, and are a prefix of the free run.
     ids = body["token_ids"]
-    assert ids == free["token_ids"][:len(ids)] and len(ids) < len(free["token_ids"])
+    assert ids == free["token_ids"][: len(ids)] and len(ids) < len(free["token_ids"])
     assert stop in tiny_tokenizer.decode(ids, skip_special_tokens=True)
 
 
@@ -124,10 +138,19 @@ def test_eos_is_kept_in_token_ids_like_vllm(tiny_model_dir):
 
 def test_streaming_matches_the_full_response(cpu_server):
     full = chat(cpu_server, **SAMPLED, return_token_ids=True)
-    with httpx.stream("POST", f"{cpu_server.base_url}/chat/completions", timeout=60, json={
-        "model": MODEL_NAME, "messages": MESSAGES, **SAMPLED, "stream": True,
-        "return_token_ids": True, "stream_options": {"include_usage": True},
-    }) as resp:
+    with httpx.stream(
+        "POST",
+        f"{cpu_server.base_url}/chat/completions",
+        timeout=60,
+        json={
+            "model": MODEL_NAME,
+            "messages": MESSAGES,
+            **SAMPLED,
+            "stream": True,
+            "return_token_ids": True,
+            "stream_options": {"include_usage": True},
+        },
+    ) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in resp.iter_lines() if line]
@@ -139,8 +162,10 @@ def test_streaming_matches_the_full_response(cpu_server):
     assert chunks[0]["prompt_token_ids"] == full["prompt_token_ids"]
     usage, content = chunks[-1], [c for c in chunks[:-1]]
     assert usage["choices"] == [] and usage["usage"] == full["usage"]
-    assert "".join(c["choices"][0]["delta"].get("content", "") for c in content) == \
-        full["choices"][0]["message"]["content"]
+    assert (
+        "".join(c["choices"][0]["delta"].get("content", "") for c in content)
+        == full["choices"][0]["message"]["content"]
+    )
     assert [i for c in content for i in c["choices"][0]["token_ids"]] == full["choices"][0]["token_ids"]
     assert [c["choices"][0]["finish_reason"] for c in content][-1] == "length"
     assert all(c["choices"][0]["finish_reason"] is None for c in content[:-1])
@@ -150,34 +175,54 @@ def test_openai_client_reads_both_shapes(cpu_server):
     from openai import OpenAI
 
     client = OpenAI(base_url=cpu_server.base_url, api_key="unused")
-    resp = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=5, temperature=0,
-                                          extra_body={"return_token_ids": True})
+    resp = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=MESSAGES,
+        max_tokens=5,
+        temperature=0,
+        extra_body={"return_token_ids": True},
+    )
     assert len(resp.model_extra["prompt_token_ids"]) == resp.usage.prompt_tokens
     assert len(resp.choices[0].model_extra["token_ids"]) == 5
-    stream = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=5,
-                                            temperature=0, stream=True)
-    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == \
-        resp.choices[0].message.content
+    stream = client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, max_tokens=5, temperature=0, stream=True
+    )
+    assert (
+        "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        == resp.choices[0].message.content
+    )
 
 
 def test_tools_and_content_parts_are_accepted(cpu_server):
     tools = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]
-    parts = [{"role": "user",
-              "content": [{"type": "text", "text": "What is"}, {"type": "text", "text": "2+2?"}]}]
+    parts = [
+        {"role": "user", "content": [{"type": "text", "text": "What is"}, {"type": "text", "text": "2+2?"}]}
+    ]
     flat = [{"role": "user", "content": "What is\n2+2?"}]
     a = chat(cpu_server, messages=parts, tools=tools, tool_choice="auto", return_token_ids=True)
     b = chat(cpu_server, messages=flat, return_token_ids=True)
     assert a["prompt_token_ids"] == b["prompt_token_ids"]
 
 
-@pytest.mark.parametrize("body, status, needle", [
-    ({"model": "other", "messages": MESSAGES}, 404, "The model `other` does not exist."),
-    ({"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 600}, 400, "maximum context length is 512"),
-    ({"model": MODEL_NAME, "messages": MESSAGES, "n": 2}, 400, "n=1"),
-    ({"model": MODEL_NAME, "messages": []}, 400, "messages must be a non-empty list"),
-    ({"model": MODEL_NAME, "messages": MESSAGES, "temperature": "hot"}, 400, "temperature must be a number"),
-    ({"model": MODEL_NAME, "messages": MESSAGES, "stop": [""]}, 400, "stop must be"),
-])
+@pytest.mark.parametrize(
+    "body, status, needle",
+    [
+        ({"model": "other", "messages": MESSAGES}, 404, "The model `other` does not exist."),
+        (
+            {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 600},
+            400,
+            "maximum context length is 512",
+        ),
+        ({"model": MODEL_NAME, "messages": MESSAGES, "n": 2}, 400, "n=1"),
+        ({"model": MODEL_NAME, "messages": []}, 400, "messages must be a non-empty list"),
+        (
+            {"model": MODEL_NAME, "messages": MESSAGES, "temperature": "hot"},
+            400,
+            "temperature must be a number",
+        ),
+        ({"model": MODEL_NAME, "messages": MESSAGES, "stop": [""]}, 400, "stop must be"),
+    ],
+)
 def test_bad_requests_get_openai_errors(cpu_server, body, status, needle):
     resp = post(cpu_server, body)
     assert resp.status_code == status
@@ -186,27 +231,44 @@ def test_bad_requests_get_openai_errors(cpu_server, body, status, needle):
 
 
 def test_invalid_json_is_a_400(cpu_server):
-    resp = httpx.post(f"{cpu_server.base_url}/chat/completions", content=b"{not json",
-                      headers={"content-type": "application/json"})
+    resp = httpx.post(
+        f"{cpu_server.base_url}/chat/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
     assert resp.status_code == 400 and "not valid JSON" in resp.json()["error"]["message"]
 
 
 def test_entry_point_reports_a_missing_model_in_one_line(tmp_path, capsys):
     assert main(["--model", str(tmp_path / "nowhere"), "--port", "9"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"Error: {tmp_path / 'nowhere'} is not a model folder (no config.json) "
-                   "(pass a local Hugging Face model folder to --model)"]
+    assert err == [
+        f"Error: {tmp_path / 'nowhere'} is not a model folder (no config.json) "
+        "(pass a local Hugging Face model folder to --model)"
+    ]
 
 
 def test_streaming_with_a_stop_string_sends_the_cut_text(cpu_server):
     _, stop = pick_stop(chat(cpu_server, **SAMPLED)["choices"][0]["message"]["content"])
     full = chat(cpu_server, **SAMPLED, stop=stop, return_token_ids=True)["choices"][0]
-    with httpx.stream("POST", f"{cpu_server.base_url}/chat/completions", timeout=60, json={
-        "model": MODEL_NAME, "messages": MESSAGES, **SAMPLED, "stream": True, "stop": stop,
-        "return_token_ids": True,
-    }) as resp:
-        chunks = [json.loads(line.removeprefix("data: ")) for line in resp.iter_lines()
-                  if line and line != "data: [DONE]"]
+    with httpx.stream(
+        "POST",
+        f"{cpu_server.base_url}/chat/completions",
+        timeout=60,
+        json={
+            "model": MODEL_NAME,
+            "messages": MESSAGES,
+            **SAMPLED,
+            "stream": True,
+            "stop": stop,
+            "return_token_ids": True,
+        },
+    ) as resp:
+        chunks = [
+            json.loads(line.removeprefix("data: "))
+            for line in resp.iter_lines()
+            if line and line != "data: [DONE]"
+        ]
     choices = [c["choices"][0] for c in chunks]
     assert "".join(c["delta"].get("content", "") for c in choices) == full["message"]["content"] != ""
     assert [i for c in choices for i in c["token_ids"]] == full["token_ids"]

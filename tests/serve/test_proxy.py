@@ -16,14 +16,21 @@ from typing import Any
 
 import httpx
 import pytest
-
 from tracebank.serve.config import ProxyConfig
 from tracebank.serve.process import free_port
-from tracebank.serve.proxy import generate_api_key, model_list, otlp_exporter_binds_endpoint_at_init, start_llm_proxy
+from tracebank.serve.proxy import (
+    generate_api_key,
+    model_list,
+    otlp_exporter_binds_endpoint_at_init,
+    start_llm_proxy,
+)
+
 from tests.serve.conftest import MODEL_NAME
 
-MESSAGES = [{"role": "system", "content": "Answer with a number."},
-            {"role": "user", "content": "What is 6*7?"}]
+MESSAGES = [
+    {"role": "system", "content": "Answer with a number."},
+    {"role": "user", "content": "What is 6*7?"},
+]
 CALL_SPANS = {"raw_gen_ai_request", "litellm_request"}
 
 
@@ -77,7 +84,8 @@ def proxy(store_url, cpu_server):
 
 def test_model_list_and_resource_carry_backend_and_key(proxy, cpu_server):
     assert model_list(ProxyConfig(backend_url="http://h:1/v1", backend_model="m", model_name="agent")) == [
-        {"model_name": "agent", "litellm_params": {"model": "hosted_vllm/m", "api_base": "http://h:1/v1"}}]
+        {"model_name": "agent", "litellm_params": {"model": "hosted_vllm/m", "api_base": "http://h:1/v1"}}
+    ]
     llm = proxy.as_resource()
     assert type(llm).__name__ == "ProxyLLM" and llm.model == MODEL_NAME
     assert llm.api_key == proxy.api_key and proxy.api_key.startswith("sk-tracebank-")
@@ -107,13 +115,15 @@ def test_proxy_records_token_ids_of_a_rollout_call(proxy, store_url, cpu_server,
     assert choice["token_ids"] == served["choices"][0]["token_ids"]
     assert len(choice["token_ids"]) == 6
     assert tiny_tokenizer.decode(prompt_ids) == tiny_tokenizer.apply_chat_template(
-        MESSAGES, add_generation_prompt=True, tokenize=False)
+        MESSAGES, add_generation_prompt=True, tokenize=False
+    )
     assert choice["message"]["content"] == resp.choices[0].message.content
     assert attrs["llm.hosted_vllm.id"] == request.attributes["gen_ai.response.id"] == resp.id
 
     recorded = json.loads(request.attributes["gen_ai.input.messages"])
-    assert [(m["role"], "".join(p["content"] for p in m["parts"])) for m in recorded] == \
-        [(m["role"], m["content"]) for m in MESSAGES]
+    assert [(m["role"], "".join(p["content"] for p in m["parts"])) for m in recorded] == [
+        (m["role"], m["content"]) for m in MESSAGES
+    ]
     [out] = json.loads(request.attributes["gen_ai.output.messages"])
     assert out["parts"][0]["content"] == resp.choices[0].message.content
 
@@ -131,8 +141,9 @@ def test_streamed_calls_are_recorded_with_token_ids(proxy, store_url, cpu_server
     llm = proxy.as_resource()
     client = OpenAI(base_url=llm.get_base_url(rid, aid), api_key=llm.api_key)
     for _ in range(2):
-        stream = client.chat.completions.create(model=llm.model, messages=MESSAGES, max_tokens=4,
-                                                temperature=0, stream=True)
+        stream = client.chat.completions.create(
+            model=llm.model, messages=MESSAGES, max_tokens=4, temperature=0, stream=True
+        )
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     served = _direct(cpu_server, max_tokens=4)
     assert text == served["choices"][0]["message"]["content"]
@@ -169,9 +180,12 @@ def test_stock_llm_proxy_refuses_to_start_without_a_master_key(store_url, monkey
 
     monkeypatch.delenv("LITELLM_MASTER_KEY", raising=False)
     monkeypatch.delenv("LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY", raising=False)
-    stock = agl.LLMProxy(port=free_port(), host="127.0.0.1", store=agl.LightningStoreClient(store_url),
-                         model_list=model_list(ProxyConfig(backend_url="http://127.0.0.1:9/v1",
-                                                           backend_model=MODEL_NAME)))
+    stock = agl.LLMProxy(
+        port=free_port(),
+        host="127.0.0.1",
+        store=agl.LightningStoreClient(store_url),
+        model_list=model_list(ProxyConfig(backend_url="http://127.0.0.1:9/v1", backend_model=MODEL_NAME)),
+    )
     with pytest.raises(RuntimeError, match="did not start"):
         asyncio.run(stock.start())
 
@@ -185,8 +199,11 @@ def _probe_span(rollout_id: str, attempt_id: str) -> Any:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({
-        R.ROLLOUT_ID.value: rollout_id, R.ATTEMPT_ID.value: attempt_id, R.SPAN_SEQUENCE_ID.value: 1}))
+    provider = TracerProvider(
+        resource=Resource.create(
+            {R.ROLLOUT_ID.value: rollout_id, R.ATTEMPT_ID.value: attempt_id, R.SPAN_SEQUENCE_ID.value: 1}
+        )
+    )
     provider.add_span_processor(SimpleSpanProcessor(memory))
     with provider.get_tracer("tracebank-test").start_as_current_span("probe") as span:
         span.set_attribute("probe", True)
@@ -198,7 +215,6 @@ def test_endpoint_assignment_reaches_the_store_only_with_tracebanks_exporter(sto
     """Breakage (b) in isolation: what LightningSpanExporter does at export time, on both exporters."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
-
     from tracebank.serve.proxy import EndpointFollowingOTLPExporter
 
     endpoint = f"{store_url}/v1/traces"
@@ -223,25 +239,31 @@ def test_stock_exporter_loses_proxy_spans_on_this_otel(store_url, cpu_server, mo
     asserts that instead, so it holds on either side of the change.
     """
     from openai import OpenAI
-
     from tracebank.serve.proxy import TracebankLLMProxy
 
     # The forked proxy's exporter gives up on localhost:4318 after 1 s instead of about 6 s.
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
     config = ProxyConfig(backend_url=cpu_server.base_url, backend_model=MODEL_NAME)
-    stock = TracebankLLMProxy(port=free_port(), host="127.0.0.1", store=_client(store_url),
-                              model_list=model_list(config), fix_otlp_exporter=False)
+    stock = TracebankLLMProxy(
+        port=free_port(),
+        host="127.0.0.1",
+        store=_client(store_url),
+        model_list=model_list(config),
+        fix_otlp_exporter=False,
+    )
     asyncio.run(stock.start())
     try:
         attempted = asyncio.run(_start_attempt(store_url))
         rid, aid = attempted.rollout_id, attempted.attempt.attempt_id
         llm = stock.as_resource()
         OpenAI(base_url=llm.get_base_url(rid, aid), api_key=llm.api_key).chat.completions.create(
-            model=MODEL_NAME, messages=MESSAGES, max_tokens=2, temperature=0)
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=2, temperature=0
+        )
         lost = otlp_exporter_binds_endpoint_at_init()
         # Lost spans never arrive; wait well past the exporter's 1 s give-up time.
-        spans = asyncio.run(_spans(store_url, rid, aid, CALL_SPANS if not lost else {"never"},
-                                   timeout=4 if lost else 30))
+        spans = asyncio.run(
+            _spans(store_url, rid, aid, CALL_SPANS if not lost else {"never"}, timeout=4 if lost else 30)
+        )
         names = {s.name for s in spans}
         if lost:
             assert names == set(), f"otel binds the endpoint at build time, yet spans arrived: {names}"

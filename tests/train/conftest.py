@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from tracebank.warehouse.layout import Warehouse
 
 from tests.fixtures.datasets import QA_PAIRS, load_tokenizer, qa_rows, write_dataset
-from tracebank.warehouse.layout import Warehouse
 
 #: Hyperparameters under which the tiny model memorises QA_PAIRS in a few seconds of CPU.
 FAST = {"learning_rate": 1e-2, "epochs": 6, "batch_size": 4, "grad_accum": 1, "warmup_steps": 2}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from tracebank.train.config import QWEN_TARGETS, Environment, TrainConfig
 from tracebank.train.errors import TrainConfigError
 

@@ -7,13 +7,13 @@ import shutil
 import signal
 
 import pytest
-
-from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
-from tests.train.conftest import FAST
 from tracebank.train import TrainConfig, TrainError, train
 from tracebank.warehouse import catalog
 from tracebank.warehouse.errors import CorruptFileError, NotFoundError
 from tracebank.warehouse.layout import Warehouse
+
+from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
+from tests.train.conftest import FAST
 
 
 @pytest.fixture

@@ -17,5 +17,7 @@ def test_integer_bins_do_not_overlap_and_count_every_value():
 
 
 def test_few_distinct_values_get_one_line_each():
-    assert histogram([0.5, 0.5, 1.0]) == ["  0.5 | ######################################## 2",
-                                          "    1 | #################### 1"]
+    assert histogram([0.5, 0.5, 1.0]) == [
+        "  0.5 | ######################################## 2",
+        "    1 | #################### 1",
+    ]

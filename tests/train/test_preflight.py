@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-
-from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
 from tracebank.train import preflight
 from tracebank.train.config import TrainConfig
 from tracebank.train.dataset import open_version, scan_split
 from tracebank.train.errors import TrainError
 from tracebank.warehouse.layout import Warehouse
+
+from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
 
 
 def test_model_facts_read_config_and_safetensors_header(tiny_model):

@@ -17,8 +17,9 @@ from typing import Any
 from tests.fixtures.proxy_spans import Call, call_spans, plain_span, random_rollout_spans, reward_span
 
 
-def oracle_rows(latest_spans: Mapping[str, Sequence[Any]], triplet_fraction: float = 1.0,
-                seed: int = 0) -> list[dict[str, Any]]:
+def oracle_rows(
+    latest_spans: Mapping[str, Sequence[Any]], triplet_fraction: float = 1.0, seed: int = 0
+) -> list[dict[str, Any]]:
     """Rows the upstream recipe builds from each rollout's latest-attempt spans."""
     import agentlightning as agl
 
@@ -65,13 +66,27 @@ class Scenario:
         self.inputs: dict[str, Any] = {}
         self._latest: dict[str, tuple[int, str]] = {}
 
-    def add(self, rollout_id: str, spans: list[Any], attempt_id: str | None = None, attempt_seq: int = 1,
-            task: Any = None) -> None:
+    def add(
+        self,
+        rollout_id: str,
+        spans: list[Any],
+        attempt_id: str | None = None,
+        attempt_seq: int = 1,
+        task: Any = None,
+    ) -> None:
         attempt_id = attempt_id or f"{rollout_id}-a{attempt_seq}"
         assert all(s.attempt_id == attempt_id for s in spans), "spans built for another attempt"
         self.spans += spans
-        self.attempts.append({"rollout_id": rollout_id, "attempt_id": attempt_id, "sequence_id": attempt_seq,
-                              "status": "succeeded", "start_time": 1.0 * attempt_seq, "metadata": {}})
+        self.attempts.append(
+            {
+                "rollout_id": rollout_id,
+                "attempt_id": attempt_id,
+                "sequence_id": attempt_seq,
+                "status": "succeeded",
+                "start_time": 1.0 * attempt_seq,
+                "metadata": {},
+            }
+        )
         self.inputs[rollout_id] = task if task is not None else {"task": rollout_id}
         if attempt_seq >= self._latest.get(rollout_id, (0, ""))[0]:
             self._latest[rollout_id] = (attempt_seq, attempt_id)
@@ -85,9 +100,20 @@ class Scenario:
         return out
 
     def rollouts(self) -> list[dict[str, Any]]:
-        return [{"rollout_id": rid, "input": self.inputs[rid], "start_time": 1.0, "end_time": 2.0,
-                 "mode": "train", "resources_id": "rs", "status": "succeeded", "config": {}, "metadata": {}}
-                for rid in sorted(self.inputs)]
+        return [
+            {
+                "rollout_id": rid,
+                "input": self.inputs[rid],
+                "start_time": 1.0,
+                "end_time": 2.0,
+                "mode": "train",
+                "resources_id": "rs",
+                "status": "succeeded",
+                "config": {},
+                "metadata": {},
+            }
+            for rid in sorted(self.inputs)
+        ]
 
 
 def _ids(rng: random.Random, n: int, vocab: int = 500) -> list[int]:
@@ -143,11 +169,27 @@ def scenario(seed: int = 0, n_random: int = 30) -> Scenario:
     # AgentOps payloads: task.output, entity.output, and a None value (no reward).
     r, a = "r-agentops", "r-agentops-a1"
     spans = call_spans(r, a, 1, Call(_ids(rng, 11), _ids(rng, 3)), t)
-    spans.append(plain_span(r, a, 2, "agentops.operation",
-                            {"agentops.entity.output": json.dumps({"type": "reward", "value": 0.25})}, t + 1))
+    spans.append(
+        plain_span(
+            r,
+            a,
+            2,
+            "agentops.operation",
+            {"agentops.entity.output": json.dumps({"type": "reward", "value": 0.25})},
+            t + 1,
+        )
+    )
     spans += call_spans(r, a, 3, Call(_ids(rng, 11), _ids(rng, 3)), t + 2)
-    spans.append(plain_span(r, a, 4, "agentops.task",
-                            {"agentops.task.output": json.dumps({"type": "reward", "value": None})}, t + 3))
+    spans.append(
+        plain_span(
+            r,
+            a,
+            4,
+            "agentops.task",
+            {"agentops.task.output": json.dumps({"type": "reward", "value": None})},
+            t + 3,
+        )
+    )
     spans += call_spans(r, a, 5, Call(_ids(rng, 13), _ids(rng, 3)), t + 4)
     spans.append(reward_span(r, a, 6, 0.8, t + 5, agentops=True))
     sc.add(r, spans, a)
@@ -173,8 +215,12 @@ def scenario(seed: int = 0, n_random: int = 30) -> Scenario:
 
     # Message text that looks like token ids, with both kinds of quotes, inside choices.
     r, a = "r-content", "r-content-a1"
-    tricky = ["it's 'token_ids': [1, 2, 3]", 'say "token_ids": [4] and it\'s done',
-              "plain 'token_ids': [7, 7]", "{'index': 0, 'token_ids': [9]} \\' \\\\"]
+    tricky = [
+        "it's 'token_ids': [1, 2, 3]",
+        'say "token_ids": [4] and it\'s done',
+        "plain 'token_ids': [7, 7]",
+        "{'index': 0, 'token_ids': [9]} \\' \\\\",
+    ]
     spans = []
     for i, reply in enumerate(tricky):
         spans += call_spans(r, a, i + 1, Call(_ids(rng, 6), _ids(rng, 3), reply=reply), t + i)
@@ -197,7 +243,18 @@ def scenario(seed: int = 0, n_random: int = 30) -> Scenario:
     for i in range(n_random):
         r, a = f"r-rand-{i:03d}", f"r-rand-{i:03d}-a1"
         reward = None if i % 9 == 8 else round(rng.choice([0.0, 0.1, 0.5, 0.5, 1.0, rng.random()]), 3)
-        sc.add(r, random_rollout_spans(r, a, rng, n_calls=rng.randint(1, 4), reward=reward,
-                                       prompt_len=rng.randint(5, 30), response_len=rng.randint(1, 8)), a,
-               task={"q": f"task-{i % 7}"})
+        sc.add(
+            r,
+            random_rollout_spans(
+                r,
+                a,
+                rng,
+                n_calls=rng.randint(1, 4),
+                reward=reward,
+                prompt_len=rng.randint(5, 30),
+                response_len=rng.randint(1, 8),
+            ),
+            a,
+            task={"q": f"task-{i % 7}"},
+        )
     return sc

@@ -6,11 +6,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from tracebank.warehouse import catalog
 
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import Call, call_spans, reward_span
 from tracebank.cli.main import cli
-from tracebank.warehouse import catalog
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def filled(wh):
         spans += call_spans(r, a, 2, Call(list(range(20)), [4, 5]), 2.0)
         if i < 3:
             spans.append(reward_span(r, a, 3, 0.25 * (i + 1), 3.0))
-    spans += call_spans("r0", "r0-a1", 4, Call([], [1]), 4.0)   # rejected: empty prompt
+    spans += call_spans("r0", "r0-a1", 4, Call([], [1]), 4.0)  # rejected: empty prompt
     commit_collection(wh, spans, collection_id="c1")
     return wh
 
@@ -36,20 +36,54 @@ def test_transform_prints_one_summary_line(filled):
     assert out.exit_code == 0, out.output
     _, manifest = catalog.dataset_versions(filled, "sft")[0]
     # 3 rewarded rollouts x 2 calls; r3's two calls have no reward
-    assert out.output == (f"wrote sft@v1: 6 rows (of 8 calls; 2 unrewarded, 1 rejected), 108 tokens, "
-                          f"hash {manifest['content_hash'][:8]}\n")
+    assert out.output == (
+        f"wrote sft@v1: 6 rows (of 8 calls; 2 unrewarded, 1 rejected), 108 tokens, "
+        f"hash {manifest['content_hash'][:8]}\n"
+    )
 
 
 def test_options_reach_the_manifest(filled):
-    out = _run(filled, "transform", "--name", "sft", "--top-fraction", "0.5", "--seed", "3",
-               "--min-reward", "0.3",
-               "--select-by", "rollout", "--per-task", "1", "--val-fraction", "0.5", "--max-length", "100",
-               "--dedup", "--merge", "trajectory", "--collection", "c1")
+    out = _run(
+        filled,
+        "transform",
+        "--name",
+        "sft",
+        "--top-fraction",
+        "0.5",
+        "--seed",
+        "3",
+        "--min-reward",
+        "0.3",
+        "--select-by",
+        "rollout",
+        "--per-task",
+        "1",
+        "--val-fraction",
+        "0.5",
+        "--max-length",
+        "100",
+        "--dedup",
+        "--merge",
+        "trajectory",
+        "--collection",
+        "c1",
+    )
     assert out.exit_code == 0, out.output
     _, m = catalog.dataset_versions(filled, "sft")[0]
-    assert m["params"] == {"name": "sft", "collections": ["c1"], "top_fraction": 0.5, "seed": 3,
-                           "min_reward": 0.3, "select_by": "rollout", "per_task": 1, "val_fraction": 0.5,
-                           "max_length": 100, "dedup": True, "merge": "trajectory", "rebuild_silver": False}
+    assert m["params"] == {
+        "name": "sft",
+        "collections": ["c1"],
+        "top_fraction": 0.5,
+        "seed": 3,
+        "min_reward": 0.3,
+        "select_by": "rollout",
+        "per_task": 1,
+        "val_fraction": 0.5,
+        "max_length": 100,
+        "dedup": True,
+        "merge": "trajectory",
+        "rebuild_silver": False,
+    }
 
 
 def test_datasets_list_and_show(filled):
@@ -65,7 +99,8 @@ def test_datasets_list_and_show(filled):
         "----  -------  ----  ------  ----------------  --------\n"
         f"sft   v1       6     108     {created[0]}  {hashes[0]}\n"
         f"sft   v2       3     {versions[1][1]['stats']['tokens']:<6}  {created[1]}  {hashes[1]}\n"
-        "(2 rows)\n")
+        "(2 rows)\n"
+    )
     show = _run(filled, "datasets", "show", "sft@v1")
     assert show.exit_code == 0, show.output
     lines = show.output.splitlines()
@@ -80,21 +115,39 @@ def test_datasets_list_and_show(filled):
     assert as_json == versions[1][1]
 
 
-@pytest.mark.parametrize(("args", "code", "message"), [
-    (["transform", "--name", "x", "--top-fraction", "0"], 2,
-     "Error: --top-fraction must be in (0, 1], got 0.0\n"),
-    (["transform", "--name", "x", "--collection", "nope"], 1,
-     "Error: no committed collection 'nope' in {root} (known collections: c1)\n"),
-    (["transform", "--name", "bad/name"], 2,
-     "Error: invalid dataset name 'bad/name' (use letters, digits, '.', '_' or '-', "
-     "starting with a letter or digit)\n"),
-    (["datasets", "show", "missing"], 1,
-     "Error: no dataset named 'missing' in {root} (known datasets: none yet; build one with "
-     "`tracebank transform --name missing`)\n"),
-    (["transform", "--name", "x", "--min-reward", "5"], 1,
-     "Error: no rows for x: 8 usable calls, 6 rewarded, 1 rejected, 0 kept after the filters "
-     "(check the rewards with `tracebank sql \"SELECT * FROM rewards\"` or relax the options)\n"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ["transform", "--name", "x", "--top-fraction", "0"],
+            2,
+            "Error: --top-fraction must be in (0, 1], got 0.0\n",
+        ),
+        (
+            ["transform", "--name", "x", "--collection", "nope"],
+            1,
+            "Error: no committed collection 'nope' in {root} (known collections: c1)\n",
+        ),
+        (
+            ["transform", "--name", "bad/name"],
+            2,
+            "Error: invalid dataset name 'bad/name' (use letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit)\n",
+        ),
+        (
+            ["datasets", "show", "missing"],
+            1,
+            "Error: no dataset named 'missing' in {root} (known datasets: none yet; build one with "
+            "`tracebank transform --name missing`)\n",
+        ),
+        (
+            ["transform", "--name", "x", "--min-reward", "5"],
+            1,
+            "Error: no rows for x: 8 usable calls, 6 rewarded, 1 rejected, 0 kept after the filters "
+            '(check the rewards with `tracebank sql "SELECT * FROM rewards"` or relax the options)\n',
+        ),
+    ],
+)
 def test_errors_are_one_line(filled, args, code, message):
     out = _run(filled, *args)
     assert out.exit_code == code
@@ -103,6 +156,17 @@ def test_errors_are_one_line(filled, args, code, message):
 
 def test_help_documents_every_option():
     out = CliRunner().invoke(cli, ["transform", "--help"])
-    for option in ("--name", "--collection", "--top-fraction", "--seed", "--min-reward", "--select-by",
-                   "--per-task", "--val-fraction", "--max-length", "--dedup", "--merge"):
+    for option in (
+        "--name",
+        "--collection",
+        "--top-fraction",
+        "--seed",
+        "--min-reward",
+        "--select-by",
+        "--per-task",
+        "--val-fraction",
+        "--max-length",
+        "--dedup",
+        "--merge",
+    ):
         assert option in out.output

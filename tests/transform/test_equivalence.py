@@ -6,10 +6,10 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
+from tracebank.transform import TransformConfig, transform
 
 from tests.fixtures.bronze import commit_collection
 from tests.transform.oracle import oracle_rows, row_key, scenario
-from tracebank.transform import TransformConfig, transform
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +57,10 @@ def test_top_fraction_keeps_the_recipe_count_and_reward_cut(built, sc, fraction)
 def test_counts_name_what_happened(built):
     wh, _ = built
     counts = transform(wh, TransformConfig(name="eq")).manifest["counts"]
-    assert counts["duplicate_calls"] == 2          # r-dup's second call, r-litellm's raw twin
+    assert counts["duplicate_calls"] == 2  # r-dup's second call, r-litellm's raw twin
     assert counts["rejected"] == {"empty_tokens": 2}
-    assert counts["unmatched_rewards"] == 1        # r-several's reward before any call
-    assert counts["unrewarded"] >= 1 + 3           # r-several's last call, r-noreward's calls
+    assert counts["unmatched_rewards"] == 1  # r-several's reward before any call
+    assert counts["unrewarded"] >= 1 + 3  # r-several's last call, r-noreward's calls
     assert counts["rewarded"] + counts["unrewarded"] == counts["calls"]
 
 

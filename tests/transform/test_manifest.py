@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-
-from tests.fixtures.bronze import commit_collection
-from tests.transform.oracle import scenario
 from tracebank.transform import TransformConfig, build_silver, transform
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.warehouse import catalog, schemas
@@ -14,6 +11,9 @@ from tracebank.warehouse.commit import verify_hashes
 from tracebank.warehouse.errors import NotFoundError
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
+
+from tests.fixtures.bronze import commit_collection
+from tests.transform.oracle import scenario
 
 
 @pytest.fixture(scope="module")
@@ -32,25 +32,46 @@ def version(wh):
 def test_files_schema_and_manifest_keys(version):
     m = version.manifest
     assert version.folder == version.folder.parent / "v0001" and m["version"] == 1 and m["name"] == "ds"
-    for key in ("created_at", "tracebank_version", "content_hash", "params", "sources", "counts", "stats",
-                "rows", "files"):
+    for key in (
+        "created_at",
+        "tracebank_version",
+        "content_hash",
+        "params",
+        "sources",
+        "counts",
+        "stats",
+        "rows",
+        "files",
+    ):
         assert key in m
     assert [(f["path"], f["table"], f["split"]) for f in m["files"]] == [
-        ("train.parquet", "dataset_rows", "train"), ("validation.parquet", "dataset_rows", "validation")]
+        ("train.parquet", "dataset_rows", "train"),
+        ("validation.parquet", "dataset_rows", "validation"),
+    ]
     verify_hashes(version.folder, m)
     total = 0
     for f in m["files"]:
         table = pq.read_table(version.folder / f["path"])
-        assert table.schema.names[:len(schemas.DATASET_ROWS)] == schemas.DATASET_ROWS.names
+        assert table.schema.names[: len(schemas.DATASET_ROWS)] == schemas.DATASET_ROWS.names
         for field in schemas.DATASET_ROWS:
             assert table.schema.field(field.name).type == field.type
         assert table.num_rows == f["rows"]
         total += table.num_rows
     assert m["rows"] == total == m["stats"]["rows"]
-    assert m["params"] == {"name": "ds", "collections": [], "top_fraction": 1.0, "seed": 4,
-                           "min_reward": None,
-                           "select_by": "triplet", "per_task": None, "val_fraction": 0.2, "max_length": None,
-                           "dedup": False, "merge": "none", "rebuild_silver": False}
+    assert m["params"] == {
+        "name": "ds",
+        "collections": [],
+        "top_fraction": 1.0,
+        "seed": 4,
+        "min_reward": None,
+        "select_by": "triplet",
+        "per_task": None,
+        "val_fraction": 0.2,
+        "max_length": None,
+        "dedup": False,
+        "merge": "none",
+        "rebuild_silver": False,
+    }
     assert [s["collection_id"] for s in m["sources"]] == ["c1"] and len(m["sources"][0]["content_hash"]) == 64
 
 
@@ -91,15 +112,20 @@ def test_loads_with_hugging_face_datasets(version):
 
 
 def test_views_in_sql(wh, version):
-    got = run_sql(wh, "SELECT dataset, version, split, count(*) AS n FROM dataset_rows WHERE dataset = 'ds' "
-                      "AND version = 1 GROUP BY ALL ORDER BY split").to_pylist()
+    got = run_sql(
+        wh,
+        "SELECT dataset, version, split, count(*) AS n FROM dataset_rows WHERE dataset = 'ds' "
+        "AND version = 1 GROUP BY ALL ORDER BY split",
+    ).to_pylist()
     assert [(r["split"], r["n"]) for r in got] == [(f["split"], f["rows"]) for f in version.manifest["files"]]
     assert run_sql(wh, "SELECT count(*) AS n FROM datasets WHERE name = 'ds'").to_pylist()[0]["n"] >= 1
     calls = run_sql(wh, "SELECT count(*) AS n, count(reject_reason) AS bad FROM llm_calls").to_pylist()[0]
     assert calls["n"] > 50 and calls["bad"] == 2
     assert run_sql(wh, "SELECT count(*) AS n FROM rewards WHERE source = 'agentops'").to_pylist()[0]["n"] == 2
-    msgs = run_sql(wh, "SELECT role, content FROM messages WHERE direction = 'output' "
-                       "AND content LIKE '%it''s%token_ids%'").to_pylist()
+    msgs = run_sql(
+        wh,
+        "SELECT role, content FROM messages WHERE direction = 'output' AND content LIKE '%it''s%token_ids%'",
+    ).to_pylist()
     assert msgs and msgs[0]["role"] == "assistant"
 
 
@@ -110,8 +136,9 @@ def test_silver_is_cached_and_rebuilt_on_request(wh, version):
     assert rebuilt["files"] != first["files"]
     assert [f["rows"] for f in rebuilt["files"]] == [f["rows"] for f in first["files"]]
     folder = wh.silver_collection_dir("c1")
-    assert sorted(p.name for p in folder.iterdir()) == sorted([f["path"] for f in rebuilt["files"]] +
-                                                              ["manifest.json"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f["path"] for f in rebuilt["files"]] + ["manifest.json"]
+    )
 
 
 def test_unknown_collection_and_no_rows(wh, tmp_path):
@@ -148,7 +175,6 @@ def test_a_failed_write_leaves_no_version(wh, monkeypatch):
 
 def test_content_hash_reads_values_not_parquet_bytes(version):
     import pyarrow as pa
-
     from tracebank.transform.manifest import RowsDigest, content_hash, rows_digest
 
     digests = []

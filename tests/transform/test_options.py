@@ -7,12 +7,12 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
+from tracebank.transform import TransformConfig, transform
+from tracebank.warehouse.layout import Warehouse
 
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import Call, call_spans, random_rollout_spans, reward_span
 from tests.transform.oracle import Scenario, oracle_rows, row_key, scenario
-from tracebank.transform import TransformConfig, transform
-from tracebank.warehouse.layout import Warehouse
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_select_by_rollout_keeps_the_best_whole_rollouts(wh, sc, fraction):
     all_rows = _rows(transform(wh, TransformConfig(name="all")))
     per_rollout = Counter(r["rollout_id"] for r in all_rows)
     kept = Counter(r["rollout_id"] for r in rows)
-    assert all(kept[r] == per_rollout[r] for r in kept)          # whole rollouts only
+    assert all(kept[r] == per_rollout[r] for r in kept)  # whole rollouts only
     assert len(kept) == max(1, int(len(per_rollout) * fraction))
     score = _final_scores(all_rows, sc)
     assert min(score[r] for r in kept) >= max(score[r] for r in score if r not in kept)
@@ -129,7 +129,7 @@ def test_dedup_keeps_one_of_identical_rows(tmp_path):
     rows = _rows(result)
     assert len(plain) == 4 and len(rows) == 2
     assert result.manifest["counts"]["dedup"] == 2
-    assert sorted(r["reward"] for r in rows) == [0.1, 0.9]   # the best of the identical ones stays
+    assert sorted(r["reward"] for r in rows) == [0.1, 0.9]  # the best of the identical ones stays
 
 
 def _labelled(row):
@@ -153,9 +153,11 @@ def test_merge_trajectory_trains_on_the_same_response_tokens(wh, sc):
     saved = sum(len(r["input_ids"]) for r in rows_u) - sum(len(r["input_ids"]) for r in rows_m)
     assert counts["tokens_saved"] == saved > 0
     assert merged.manifest["stats"]["trained_tokens"] == unmerged.manifest["stats"]["trained_tokens"]
-    print(f"\n--merge trajectory: {len(rows_u)} rows -> {len(rows_m)} rows, "
-          f"{saved:,} of {sum(len(r['input_ids']) for r in rows_u):,} tokens saved "
-          f"({saved / sum(len(r['input_ids']) for r in rows_u):.0%})")
+    print(
+        f"\n--merge trajectory: {len(rows_u)} rows -> {len(rows_m)} rows, "
+        f"{saved:,} of {sum(len(r['input_ids']) for r in rows_u):,} tokens saved "
+        f"({saved / sum(len(r['input_ids']) for r in rows_u):.0%})"
+    )
 
 
 def test_merge_masks_the_tokens_in_between_and_counts_prefix_breaks(tmp_path):
@@ -164,9 +166,13 @@ def test_merge_masks_the_tokens_in_between_and_counts_prefix_breaks(tmp_path):
     p1, r1 = [1, 2, 3], [4, 5]
     tool = [6, 7]
     p2, r2 = p1 + r1 + tool, [8, 9]
-    p3, r3 = [20, 21], [22]                      # does not extend: a prefix break
-    spans = (call_spans(r, a, 1, Call(p1, r1), 1.0) + call_spans(r, a, 2, Call(p2, r2), 2.0)
-             + call_spans(r, a, 3, Call(p3, r3), 3.0) + [reward_span(r, a, 4, 1.0, 4.0)])
+    p3, r3 = [20, 21], [22]  # does not extend: a prefix break
+    spans = (
+        call_spans(r, a, 1, Call(p1, r1), 1.0)
+        + call_spans(r, a, 2, Call(p2, r2), 2.0)
+        + call_spans(r, a, 3, Call(p3, r3), 3.0)
+        + [reward_span(r, a, 4, 1.0, 4.0)]
+    )
     commit_collection(wh, spans)
     result = transform(wh, TransformConfig(name="m", merge="trajectory"))
     rows = sorted(_rows(result), key=lambda row: len(row["input_ids"]), reverse=True)
@@ -184,11 +190,21 @@ def test_seed_changes_order_not_content(wh):
     assert Counter(map(row_key, a)) == Counter(map(row_key, b))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"top_fraction": 0.0}, {"top_fraction": 1.5}, {"top_fraction": math.nan}, {"val_fraction": 1.0},
-    {"select_by": "span"}, {"merge": "all"}, {"per_task": 0}, {"max_length": 0},
-    {"min_reward": math.inf}, {"name": "../x"},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"top_fraction": 0.0},
+        {"top_fraction": 1.5},
+        {"top_fraction": math.nan},
+        {"val_fraction": 1.0},
+        {"select_by": "span"},
+        {"merge": "all"},
+        {"per_task": 0},
+        {"max_length": 0},
+        {"min_reward": math.inf},
+        {"name": "../x"},
+    ],
+)
 def test_bad_options_are_usage_errors(wh, kwargs):
     from tracebank.warehouse.errors import UsageError
 
@@ -201,5 +217,6 @@ def test_random_rollouts_helper_is_deterministic():
 
     a = random_rollout_spans("r", "a", random.Random(1), reward=1.0)
     b = random_rollout_spans("r", "a", random.Random(1), reward=1.0)
-    assert [s.attributes.get("llm.hosted_vllm.prompt_token_ids") for s in a] == \
-        [s.attributes.get("llm.hosted_vllm.prompt_token_ids") for s in b]
+    assert [s.attributes.get("llm.hosted_vllm.prompt_token_ids") for s in a] == [
+        s.attributes.get("llm.hosted_vllm.prompt_token_ids") for s in b
+    ]

@@ -4,23 +4,37 @@ import json
 import math
 
 import pytest
-
-from tests.fixtures.proxy_spans import plain_span
 from tracebank.transform.rewards import classify
 
+from tests.fixtures.proxy_spans import plain_span
+
 GOOD = [
-    ("agentlightning.annotation", {"agentlightning.reward.0.name": "primary",
-                                   "agentlightning.reward.0.value": 0.5}),
-    ("agentlightning.annotation", {"agentlightning.reward.0.name": "task",
-                                   "agentlightning.reward.0.value": 1,
-                                   "agentlightning.reward.1.name": "speed",
-                                   "agentlightning.reward.1.value": 0.1}),
-    ("agentlightning.annotation", {"agentlightning.reward.0.name": "p",
-                                   "agentlightning.reward.0.value": "0.25"}),
+    (
+        "agentlightning.annotation",
+        {"agentlightning.reward.0.name": "primary", "agentlightning.reward.0.value": 0.5},
+    ),
+    (
+        "agentlightning.annotation",
+        {
+            "agentlightning.reward.0.name": "task",
+            "agentlightning.reward.0.value": 1,
+            "agentlightning.reward.1.name": "speed",
+            "agentlightning.reward.1.value": 0.1,
+        },
+    ),
+    (
+        "agentlightning.annotation",
+        {"agentlightning.reward.0.name": "p", "agentlightning.reward.0.value": "0.25"},
+    ),
     ("agentops.task", {"agentops.task.output": json.dumps({"type": "reward", "value": 0.75})}),
     ("agentops.op", {"agentops.entity.output": json.dumps({"type": "reward", "value": 2})}),
-    ("agentops.op", {"agentops.task.output": json.dumps({"type": "other"}),
-                     "agentops.entity.output": json.dumps({"type": "reward", "value": 0.3})}),
+    (
+        "agentops.op",
+        {
+            "agentops.task.output": json.dumps({"type": "other"}),
+            "agentops.entity.output": json.dumps({"type": "reward", "value": 0.3}),
+        },
+    ),
     ("agentlightning.annotation", {"reward": 0.9}),
 ]
 NOT_REWARDS = [
@@ -47,16 +61,26 @@ def test_agrees_with_upstream(name, attrs):
         assert got[0] == pytest.approx(float(expected))
 
 
-@pytest.mark.parametrize(("attrs", "reason"), [
-    ({"agentlightning.reward.0.name": "p", "agentlightning.reward.0.value": float("nan")},
-     "non_finite_reward"),
-    ({"agentlightning.reward.0.name": "p", "agentlightning.reward.0.value": float("inf")},
-     "non_finite_reward"),
-    ({"agentlightning.reward.0.value": 1.0}, "malformed_reward"),
-    ({"agentlightning.reward.0.name": "p", "agentlightning.reward.0.value": "high"}, "malformed_reward"),
-    ({"agentops.task.output": json.dumps({"type": "reward", "value": "good"})}, "non_numeric_reward"),
-    ({"agentops.task.output": json.dumps({"type": "reward", "value": float("nan")})}, "non_finite_reward"),
-])
+@pytest.mark.parametrize(
+    ("attrs", "reason"),
+    [
+        (
+            {"agentlightning.reward.0.name": "p", "agentlightning.reward.0.value": float("nan")},
+            "non_finite_reward",
+        ),
+        (
+            {"agentlightning.reward.0.name": "p", "agentlightning.reward.0.value": float("inf")},
+            "non_finite_reward",
+        ),
+        ({"agentlightning.reward.0.value": 1.0}, "malformed_reward"),
+        ({"agentlightning.reward.0.name": "p", "agentlightning.reward.0.value": "high"}, "malformed_reward"),
+        ({"agentops.task.output": json.dumps({"type": "reward", "value": "good"})}, "non_numeric_reward"),
+        (
+            {"agentops.task.output": json.dumps({"type": "reward", "value": float("nan")})},
+            "non_finite_reward",
+        ),
+    ],
+)
 def test_bad_values_are_rejected_with_a_reason(attrs, reason):
     got = classify("agentlightning.annotation", json.dumps(attrs))
     assert got is not None and got[3] == reason

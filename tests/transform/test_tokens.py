@@ -2,14 +2,13 @@
 
 import pyarrow as pa
 import pytest
-
 from tracebank.transform.tokens import classify_python, parse_token_lists
 
 CASES = [
     ("[1, 2, 3]", [1, 2, 3], "ok"),
     ("[ 1 ,2 ]", [1, 2], "ok"),
     ("  [0]", [0], "ok"),
-    ("[1, 2,]", [1, 2], "ok"),            # Python accepts a trailing comma
+    ("[1, 2,]", [1, 2], "ok"),  # Python accepts a trailing comma
     ("[2147483647]", [2147483647], "ok"),
     ("[]", None, "empty_tokens"),
     ("[ ]", None, "empty_tokens"),

@@ -7,7 +7,6 @@ import textwrap
 
 import pyarrow as pa
 import pytest
-
 from tracebank.warehouse import catalog
 from tracebank.warehouse.commit import (
     TMP_MARK,
@@ -86,7 +85,7 @@ def test_writer_killed_mid_write_leaves_only_temp_files(wh, tmp_path):
         import os, signal, pyarrow as pa, pyarrow.parquet as pq
         from pathlib import Path
         from tracebank.warehouse.commit import atomic_path
-        final = Path({str(wh.collection_dir('c1') / 'spans-0000.parquet')!r})
+        final = Path({str(wh.collection_dir("c1") / "spans-0000.parquet")!r})
         with atomic_path(final) as tmp:
             pq.write_table(pa.table({{"a": list(range(1000))}}), tmp)
             os.kill(os.getpid(), signal.SIGKILL)

@@ -1,6 +1,5 @@
 import pyarrow as pa
 import pytest
-
 from tracebank.warehouse.commit import commit_manifest, write_parquet_atomic
 from tracebank.warehouse.errors import CorruptFileError, QueryError
 from tracebank.warehouse.query import TABLES, connect, run_sql
@@ -28,10 +27,17 @@ def test_views_union_committed_collections(wh):
     assert out.to_pylist() == [{"collection_id": "c1", "n": 2}, {"collection_id": "c2", "n": 1}]
 
 
-@pytest.mark.parametrize("statement", [
-    "DROP VIEW spans", "CREATE TABLE t (a INT)", "COPY (SELECT 1) TO '/tmp/x.csv'",
-    "ATTACH 'x.duckdb'", "INSTALL httpfs", "SELECT 1; DELETE FROM spans",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DROP VIEW spans",
+        "CREATE TABLE t (a INT)",
+        "COPY (SELECT 1) TO '/tmp/x.csv'",
+        "ATTACH 'x.duckdb'",
+        "INSTALL httpfs",
+        "SELECT 1; DELETE FROM spans",
+    ],
+)
 def test_non_reads_are_refused(wh, statement):
     with pytest.raises(QueryError, match="only runs reads"):
         run_sql(wh, statement)

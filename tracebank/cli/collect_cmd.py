@@ -19,8 +19,14 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("collecting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+    with Progress(
+        TextColumn("collecting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
         task = bar.add_task("collect", total=None)
 
         def update(done: int, total: int) -> None:
@@ -30,29 +36,75 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
 
 
 @click.command()
-@click.option("--store", "store_url", required=True, metavar="URL",
-              help="The `agl store` to read, e.g. http://127.0.0.1:4747.")
-@click.option("--status", "statuses", multiple=True, metavar="S",
-              help="Rollout status to collect (repeatable; default: succeeded).")
+@click.option(
+    "--store",
+    "store_url",
+    required=True,
+    metavar="URL",
+    help="The `agl store` to read, e.g. http://127.0.0.1:4747.",
+)
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    metavar="S",
+    help="Rollout status to collect (repeatable; default: succeeded).",
+)
 @click.option("--mode", default=None, metavar="M", help="Only rollouts of this mode: train, val or test.")
-@click.option("--rollout-id", "rollout_ids", multiple=True, metavar="ID",
-              help="Only this rollout (repeatable).")
-@click.option("--since", default=None, metavar="T",
-              help="Only rollouts started at or after T (ISO date/time, or epoch seconds).")
-@click.option("--attempts", default="latest", show_default=True, metavar="latest|all",
-              help="Each rollout's latest attempt, or all of its attempts.")
+@click.option(
+    "--rollout-id", "rollout_ids", multiple=True, metavar="ID", help="Only this rollout (repeatable)."
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="T",
+    help="Only rollouts started at or after T (ISO date/time, or epoch seconds).",
+)
+@click.option(
+    "--attempts",
+    default="latest",
+    show_default=True,
+    metavar="latest|all",
+    help="Each rollout's latest attempt, or all of its attempts.",
+)
 @click.option("--tag", default=None, metavar="T", help="A name for this round, kept in the manifest.")
 @click.option("--no-redact", is_flag=True, help="Keep credentials found in span attributes.")
-@click.option("--concurrency", default=8, show_default=True, type=int, metavar="N",
-              help="Span queries in flight at once.")
-@click.option("--rows-per-file", default=100_000, show_default=True, type=int, metavar="N",
-              help="Spans per Parquet file (bounds memory on large stores).")
-@click.option("--no-silver", is_flag=True,
-              help="Skip building the llm_calls / rewards / messages tables of the new collection now.")
+@click.option(
+    "--concurrency",
+    default=8,
+    show_default=True,
+    type=int,
+    metavar="N",
+    help="Span queries in flight at once.",
+)
+@click.option(
+    "--rows-per-file",
+    default=100_000,
+    show_default=True,
+    type=int,
+    metavar="N",
+    help="Spans per Parquet file (bounds memory on large stores).",
+)
+@click.option(
+    "--no-silver",
+    is_flag=True,
+    help="Skip building the llm_calls / rewards / messages tables of the new collection now.",
+)
 @click.pass_obj
-def collect(wh: Any, store_url: str, statuses: tuple[str, ...], mode: str | None,
-            rollout_ids: tuple[str, ...], since: str | None, attempts: str, tag: str | None,
-            no_redact: bool, concurrency: int, rows_per_file: int, no_silver: bool) -> None:
+def collect(
+    wh: Any,
+    store_url: str,
+    statuses: tuple[str, ...],
+    mode: str | None,
+    rollout_ids: tuple[str, ...],
+    since: str | None,
+    attempts: str,
+    tag: str | None,
+    no_redact: bool,
+    concurrency: int,
+    rows_per_file: int,
+    no_silver: bool,
+) -> None:
     """Copy new rollouts, attempts and spans from the store at URL into one new collection.
 
     Attempts already in the warehouse are skipped, so rerunning adds only what is new.
@@ -86,8 +138,10 @@ def collect(wh: Any, store_url: str, statuses: tuple[str, ...], mode: str | None
 
         (silver,) = build_silver(wh, (result.collection_id,))
         counts = silver["counts"]
-        click.echo(f"silver: {counts['llm_calls']} llm calls ({counts['usable_calls']} with token ids), "
-                   f"{counts['rewards']} rewards, {counts['messages']} messages")
+        click.echo(
+            f"silver: {counts['llm_calls']} llm calls ({counts['usable_calls']} with token ids), "
+            f"{counts['rewards']} rewards, {counts['messages']} messages"
+        )
 
 
 COMMANDS = [collect]

@@ -312,7 +312,15 @@ def round_(
     sft_rollout_runners.py) or pass --runners N. With --then train the round ends
     by printing the model the next round serves.
     """
-    from tracebank.loop import LocalRunners, RoundConfig, ServerConfig, StagesConfig, load_agent, load_tasks, run_round
+    from tracebank.loop import (
+        LocalRunners,
+        RoundConfig,
+        ServerConfig,
+        StagesConfig,
+        load_agent,
+        load_tasks,
+        run_round,
+    )
 
     tasks = load_tasks(tasks_path)
     config = RoundConfig(

@@ -38,9 +38,14 @@ class TracebankGroup(click.Group):
 
 
 @click.group(cls=TracebankGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--warehouse", "warehouse_path", envvar="TRACEBANK_WAREHOUSE",
-              type=click.Path(file_okay=False), default=None,
-              help="Warehouse folder (default: $TRACEBANK_WAREHOUSE, else ./warehouse).")
+@click.option(
+    "--warehouse",
+    "warehouse_path",
+    envvar="TRACEBANK_WAREHOUSE",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Warehouse folder (default: $TRACEBANK_WAREHOUSE, else ./warehouse).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.version_option(package_name="tracebank")
 @click.pass_context

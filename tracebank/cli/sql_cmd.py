@@ -9,8 +9,14 @@ from tracebank.cli.output import render
 
 @click.command()
 @click.argument("statement")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True, help="Output format.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 @click.pass_obj
 def sql(wh, statement: str, fmt: str) -> None:
     """Run a read-only SQL STATEMENT over the warehouse views.

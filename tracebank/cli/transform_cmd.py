@@ -11,32 +11,84 @@ import click
 
 @click.command()
 @click.option("--name", required=True, help="Dataset name; writes the next version NAME@vN.")
-@click.option("--collection", "collections", multiple=True, metavar="ID",
-              help="Collection to read (repeatable). Default: every committed collection.")
-@click.option("--top-fraction", type=float, default=1.0, show_default=True,
-              help="Keep the top max(1, int(n*F)) rows by reward, ties broken by a seeded shuffle "
-                   "(the recipe's triplet_fraction; the upstream example uses 0.5).")
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the tie-break shuffle, the final shuffle and the validation split.")
-@click.option("--min-reward", type=float, default=None,
-              help="Drop rows whose reward is below this before selecting.")
-@click.option("--select-by", type=click.Choice(["triplet", "rollout"]), default="triplet", show_default=True,
-              help="Rank single rows (the recipe) or whole rollouts by their final reward.")
-@click.option("--per-task", type=int, default=None, metavar="K",
-              help="Keep only the best K rollouts of each task input (rejection sampling).")
-@click.option("--val-fraction", type=float, default=0.0, show_default=True,
-              help="Fraction of the selected rollouts (never single rows) for validation.parquet.")
-@click.option("--max-length", type=int, default=None,
-              help="Drop rows longer than this many tokens (counted, never truncated).")
+@click.option(
+    "--collection",
+    "collections",
+    multiple=True,
+    metavar="ID",
+    help="Collection to read (repeatable). Default: every committed collection.",
+)
+@click.option(
+    "--top-fraction",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Keep the top max(1, int(n*F)) rows by reward, ties broken by a seeded shuffle "
+    "(the recipe's triplet_fraction; the upstream example uses 0.5).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the tie-break shuffle, the final shuffle and the validation split.",
+)
+@click.option(
+    "--min-reward", type=float, default=None, help="Drop rows whose reward is below this before selecting."
+)
+@click.option(
+    "--select-by",
+    type=click.Choice(["triplet", "rollout"]),
+    default="triplet",
+    show_default=True,
+    help="Rank single rows (the recipe) or whole rollouts by their final reward.",
+)
+@click.option(
+    "--per-task",
+    type=int,
+    default=None,
+    metavar="K",
+    help="Keep only the best K rollouts of each task input (rejection sampling).",
+)
+@click.option(
+    "--val-fraction",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Fraction of the selected rollouts (never single rows) for validation.parquet.",
+)
+@click.option(
+    "--max-length",
+    type=int,
+    default=None,
+    help="Drop rows longer than this many tokens (counted, never truncated).",
+)
 @click.option("--dedup", is_flag=True, help="Keep one row of identical input_ids + labels (highest reward).")
-@click.option("--merge", type=click.Choice(["none", "trajectory"]), default="none", show_default=True,
-              help="trajectory: calls that extend the previous call's prompt + response become one row; "
-                   "tokens in between are masked with -100.")
+@click.option(
+    "--merge",
+    type=click.Choice(["none", "trajectory"]),
+    default="none",
+    show_default=True,
+    help="trajectory: calls that extend the previous call's prompt + response become one row; "
+    "tokens in between are masked with -100.",
+)
 @click.option("--rebuild-silver", is_flag=True, help="Rebuild the silver tables even if cached.")
 @click.pass_obj
-def transform(wh: Any, name: str, collections: tuple[str, ...], top_fraction: float, seed: int,
-              min_reward: float | None, select_by: str, per_task: int | None, val_fraction: float,
-              max_length: int | None, dedup: bool, merge: str, rebuild_silver: bool) -> None:
+def transform(
+    wh: Any,
+    name: str,
+    collections: tuple[str, ...],
+    top_fraction: float,
+    seed: int,
+    min_reward: float | None,
+    select_by: str,
+    per_task: int | None,
+    val_fraction: float,
+    max_length: int | None,
+    dedup: bool,
+    merge: str,
+    rebuild_silver: bool,
+) -> None:
     """Build the next version of dataset NAME from collected spans.
 
     With the defaults the rows are exactly those of Agent Lightning's
@@ -46,9 +98,18 @@ def transform(wh: Any, name: str, collections: tuple[str, ...], top_fraction: fl
     from tracebank.transform import transform as run
 
     config = TransformConfig(
-        name=name, collections=tuple(collections), top_fraction=top_fraction, seed=seed,
-        min_reward=min_reward, select_by=select_by, per_task=per_task, val_fraction=val_fraction,
-        max_length=max_length, dedup=dedup, merge=merge, rebuild_silver=rebuild_silver,
+        name=name,
+        collections=tuple(collections),
+        top_fraction=top_fraction,
+        seed=seed,
+        min_reward=min_reward,
+        select_by=select_by,
+        per_task=per_task,
+        val_fraction=val_fraction,
+        max_length=max_length,
+        dedup=dedup,
+        merge=merge,
+        rebuild_silver=rebuild_silver,
     )
     click.echo(run(wh, config).summary())
 
@@ -68,8 +129,14 @@ def _created(value: str | None) -> str:
 
 
 @datasets.command("list")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True, help="Output format.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 @click.pass_obj
 def list_cmd(wh: Any, fmt: str) -> None:
     """Every committed version: name, version, rows, tokens, created, hash."""
@@ -81,16 +148,26 @@ def list_cmd(wh: Any, fmt: str) -> None:
     wh.check_format()
     rows = []
     for folder, m in catalog.dataset_versions(wh):
-        rows.append({
-            "name": m.get("name", folder.parent.name),
-            "version": f"v{m.get('version', catalog.version_number(folder))}",
-            "rows": m.get("rows"),
-            "tokens": (m.get("stats") or {}).get("tokens"),
-            "created": _created(m.get("created_at")),
-            "hash": str(m.get("content_hash", ""))[:8],
-        })
-    schema = pa.schema([("name", pa.string()), ("version", pa.string()), ("rows", pa.int64()),
-                        ("tokens", pa.int64()), ("created", pa.string()), ("hash", pa.string())])
+        rows.append(
+            {
+                "name": m.get("name", folder.parent.name),
+                "version": f"v{m.get('version', catalog.version_number(folder))}",
+                "rows": m.get("rows"),
+                "tokens": (m.get("stats") or {}).get("tokens"),
+                "created": _created(m.get("created_at")),
+                "hash": str(m.get("content_hash", ""))[:8],
+            }
+        )
+    schema = pa.schema(
+        [
+            ("name", pa.string()),
+            ("version", pa.string()),
+            ("rows", pa.int64()),
+            ("tokens", pa.int64()),
+            ("created", pa.string()),
+            ("hash", pa.string()),
+        ]
+    )
     click.echo(render(pa.Table.from_pylist(rows, schema=schema), fmt))
 
 
@@ -109,8 +186,11 @@ def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
     st, c = m.get("stats", {}), m.get("counts", {})
     reward = st.get("reward") or {}
     lengths = st.get("lengths") or {}
-    params = {k: v for k, v in (m.get("params") or {}).items()
-              if v is not None and v is not False and v != [] and k != "name"}
+    params = {
+        k: v
+        for k, v in (m.get("params") or {}).items()
+        if v is not None and v is not False and v != [] and k != "name"
+    }
     lines = [
         f"{ref}  ({folder})",
         f"created      {_created(m.get('created_at'))}  tracebank {m.get('tracebank_version', '?')}",
@@ -124,8 +204,8 @@ def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
         f"max {_fmt(reward.get('max'))}",
         f"calls        {_fmt(c.get('calls', 0))} usable, {_fmt(c.get('rewarded', 0))} rewarded, "
         f"{_fmt(c.get('unrewarded', 0))} unrewarded, {_fmt(c.get('duplicate_calls', 0))} duplicates",
-        "rejected     " + (", ".join(f"{k} {v}" for k, v in sorted((c.get("rejected") or {}).items()))
-                            or "none"),
+        "rejected     "
+        + (", ".join(f"{k} {v}" for k, v in sorted((c.get("rejected") or {}).items())) or "none"),
         f"dropped      too long {c.get('dropped_too_long', 0)}, below min reward "
         f"{c.get('below_min_reward', 0)}, dedup {c.get('dedup', 0)}, "
         f"per task {c.get('per_task_dropped', 0)}, "
@@ -133,14 +213,18 @@ def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
     ]
     if c.get("merged"):
         mg = c["merged"]
-        lines.append(f"merged       {_fmt(mg['calls'])} calls into {_fmt(mg['rows'])} rows, "
-                     f"{_fmt(mg['tokens_saved'])} tokens saved, {mg['prefix_breaks']} prefix breaks")
+        lines.append(
+            f"merged       {_fmt(mg['calls'])} calls into {_fmt(mg['rows'])} rows, "
+            f"{_fmt(mg['tokens_saved'])} tokens saved, {mg['prefix_breaks']} prefix breaks"
+        )
     lines.append("params       " + "  ".join(f"{k}={_fmt(v)}" for k, v in sorted(params.items())))
     for s in m.get("sources", []):
         lines.append(f"source       {s['collection_id']}  {str(s.get('content_hash', ''))[:12]}")
     for f in m.get("files", []):
-        lines.append(f"file         {f['path']}  {f.get('split', '')}  {_fmt(f.get('rows', 0))} rows  "
-                     f"{_fmt(f.get('bytes', 0))} bytes  sha256 {str(f.get('sha256', ''))[:12]}")
+        lines.append(
+            f"file         {f['path']}  {f.get('split', '')}  {_fmt(f.get('rows', 0))} rows  "
+            f"{_fmt(f.get('bytes', 0))} bytes  sha256 {str(f.get('sha256', ''))[:12]}"
+        )
     return "\n".join(lines)
 
 
