@@ -52,8 +52,10 @@ def make_version(root: Path) -> tuple[Path, int]:
     import numpy as np
     import pyarrow as pa
     from tracebank.warehouse import schemas
-    from tracebank.warehouse.commit import commit_manifest, write_parquet_atomic
+    from tracebank.warehouse.contract import IGNORE_INDEX
     from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.records import DatasetManifest
+    from tracebank.warehouse.storage import Storage
 
     rng = np.random.default_rng(0)
     lengths = np.clip(rng.normal(MEAN_TOKENS, MEAN_TOKENS / 4, ROWS).astype(np.int64), 16, 4 * MEAN_TOKENS)
@@ -62,7 +64,7 @@ def make_version(root: Path) -> tuple[Path, int]:
     total = int(offsets[-1])
     ids = rng.integers(0, VOCAB, total, dtype=np.int32)
     position = np.arange(total) - np.repeat(offsets[:-1], lengths)
-    labels = np.where(position < np.repeat(prompt, lengths), -100, ids).astype(np.int32)
+    labels = np.where(position < np.repeat(prompt, lengths), IGNORE_INDEX, ids).astype(np.int32)
 
     def lists(values: np.ndarray) -> pa.Array:
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
@@ -77,13 +79,14 @@ def make_version(root: Path) -> tuple[Path, int]:
     )
     table = schemas.conform(table, schemas.DATASET_ROWS)
     wh = Warehouse(root / "warehouse").init()
-    folder = wh.version_dir("bench", 1)
-    entry = write_parquet_atomic(folder / "train.parquet", table)
-    entry.update(table="dataset_rows", split="train")
-    commit_manifest(
-        folder,
-        {"name": "bench", "version": 1, "content_hash": entry["sha256"], "rows": ROWS, "files": [entry]},
+    storage = Storage(wh)
+    version, folder = storage.reserve_version("bench")
+    entry = storage.write_table(folder, "train.parquet", table, "dataset_rows")
+    entry.split = "train"
+    manifest = DatasetManifest(
+        name="bench", version=version, content_hash=entry.sha256, rows=ROWS, files=[entry]
     )
+    storage.commit_version(folder, manifest)
     return folder / "train.parquet", total
 
 

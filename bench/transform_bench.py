@@ -57,7 +57,7 @@ from datasets import Dataset
 from tracebank.warehouse.bronze import span_dict_from_row
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse import catalog
-from tracebank.warehouse.commit import committed_files
+from tracebank.warehouse.storage import files_of, read_table
 from tests.transform.oracle import oracle_rows
 logging.getLogger("agentlightning").setLevel(logging.ERROR)
 wh = Warehouse.resolve(sys.argv[1])
@@ -66,10 +66,10 @@ t0 = time.perf_counter()
 c0 = time.process_time()
 rows, attempts = [], []
 for folder, manifest in catalog.collections(wh):
-    for f in committed_files(folder, manifest, "spans"):
-        rows += pq.read_table(f).to_pylist()
-    for f in committed_files(folder, manifest, "attempts"):
-        attempts += pq.read_table(f).to_pylist()
+    for f in files_of(folder, manifest, "spans"):
+        rows += read_table([f]).to_pylist()
+    for f in files_of(folder, manifest, "attempts"):
+        attempts += read_table([f]).to_pylist()
 latest = {}
 for a in attempts:
     if a["rollout_id"] not in latest or a["sequence_id"] > latest[a["rollout_id"]][0]:

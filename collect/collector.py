@@ -23,18 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.errors import SpansEvictedError
 from tracebank.collect.redact import Redactor
 from tracebank.collect.source import StoreSource
 from tracebank.collect.writer import SpanFileWriter, write_table
-from tracebank.warehouse import bronze, catalog
-from tracebank.warehouse.commit import check_sizes, commit_manifest, committed_files
-from tracebank.warehouse.errors import CorruptFileError
+from tracebank.warehouse import bronze
+from tracebank.warehouse.contract import LLM_SPAN_NAMES
 from tracebank.warehouse.layout import Warehouse
-
-LLM_SPAN_NAMES = frozenset({"raw_gen_ai_request", "litellm_request"})
+from tracebank.warehouse.records import CollectionManifest
+from tracebank.warehouse.storage import Storage, check_sizes, files_of, read_table
 
 #: ``progress(done, total)``: attempts handled so far and the best known total.
 Progress = Callable[[int, int], None]
@@ -84,16 +82,11 @@ def new_collection_id(now: dt.datetime | None = None) -> str:
 def already_collected(wh: Warehouse) -> set[tuple[str, str]]:
     """(rollout_id, attempt_id) of every attempt a committed collection holds or recorded as evicted."""
     done: set[tuple[str, str]] = set()
-    for folder, manifest in catalog.collections(wh):
+    storage = Storage(wh)
+    for folder, manifest in storage.collections():
         check_sizes(folder, manifest)
-        for path in committed_files(folder, manifest, "attempts"):
-            try:
-                table = pq.read_table(path, columns=["rollout_id", "attempt_id"])
-            except Exception as exc:  # pyarrow raises several types for a damaged file
-                raise CorruptFileError(
-                    f"unreadable Parquet file {path}: {exc}",
-                    "restore it, or move its collection folder out of the warehouse",
-                ) from exc
+        for path in files_of(folder, manifest, "attempts"):
+            table = read_table([path], columns=["rollout_id", "attempt_id"])
             done.update(
                 zip(
                     table.column("rollout_id").to_pylist(),
@@ -101,7 +94,7 @@ def already_collected(wh: Warehouse) -> set[tuple[str, str]]:
                     strict=True,
                 )
             )
-        for ev in manifest.get("evicted", []):
+        for ev in manifest.evicted:
             done.add((ev["rollout_id"], ev["attempt_id"]))
     return done
 
@@ -137,7 +130,8 @@ class _Run:
         self.done = done
         self.progress = progress
         self.redactor = Redactor()
-        self.writer = SpanFileWriter(self.folder, cid, config.rows_per_file)
+        self.storage = Storage(wh)
+        self.writer = SpanFileWriter(self.storage, self.folder, cid, config.rows_per_file)
         self.rollouts: dict[str, dict[str, Any]] = {}
         self.attempts: list[dict[str, Any]] = []
         self.evicted: list[dict[str, str]] = []
@@ -343,36 +337,40 @@ async def _collect(
         files.insert(
             0,
             await asyncio.to_thread(
-                write_table, run.folder, "rollouts", bronze.rollouts_table(run.rollouts.values(), cid)
+                write_table,
+                run.storage,
+                run.folder,
+                "rollouts",
+                bronze.rollouts_table(run.rollouts.values(), cid),
             ),
         )
         files.insert(
             1,
             await asyncio.to_thread(
-                write_table, run.folder, "attempts", bronze.attempts_table(run.attempts, cid)
+                write_table, run.storage, run.folder, "attempts", bronze.attempts_table(run.attempts, cid)
             ),
         )
     seconds["write"] = time.perf_counter() - t_fetch
     seconds["total"] = time.perf_counter() - t_start
-    manifest = {
-        "collection_id": cid,
-        "created_at": created_at.isoformat(),
-        "finished_at": dt.datetime.now(dt.UTC).isoformat(),
-        "tag": config.tag,
-        "store_url": src.description,
-        "filters": config.filters(),
-        "counts": counts,
-        "seconds": _rounded(seconds),
-        "evicted": run.evicted,
-        "no_llm_spans_rollouts": run.no_llm[:100],
-        "redaction": redaction,
-        "warnings": warnings,
-        "concurrency": config.concurrency,
-        "versions": _versions(),
-        "extra": dict(config.extra),
-        "files": files,
-    }
-    await asyncio.to_thread(commit_manifest, run.folder, manifest)
+    manifest = CollectionManifest(
+        collection_id=cid,
+        created_at=created_at.isoformat(),
+        finished_at=dt.datetime.now(dt.UTC).isoformat(),
+        tag=config.tag,
+        store_url=src.description,
+        filters=config.filters(),
+        counts=counts,
+        seconds=_rounded(seconds),
+        evicted=run.evicted,
+        no_llm_spans_rollouts=run.no_llm[:100],
+        redaction=redaction,
+        warnings=warnings,
+        concurrency=config.concurrency,
+        versions=_versions(),
+        extra=dict(config.extra),
+        files=files,
+    )
+    await asyncio.to_thread(run.storage.commit_collection, run.folder, manifest)
     return CollectResult(
         cid, run.folder, src.description, counts, _rounded(seconds), run.evicted, warnings, redaction
     )

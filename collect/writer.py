@@ -16,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 from tracebank.collect import fastjson
 from tracebank.warehouse import bronze, schemas
-from tracebank.warehouse.commit import write_parquet_atomic
+from tracebank.warehouse.records import FileEntry
+from tracebank.warehouse.storage import Storage
 
 BATCH_ROWS = 2048
 
@@ -76,11 +77,12 @@ def spans_arrow(spans: list[dict[str, Any]], collection_id: str, plain: bool = F
 class SpanFileWriter:
     """Takes span dicts; converts them in batches; writes ``spans-NNNN.parquet`` files."""
 
-    def __init__(self, folder: Path, collection_id: str, rows_per_file: int) -> None:
+    def __init__(self, storage: Storage, folder: Path, collection_id: str, rows_per_file: int) -> None:
+        self.storage = storage
         self.folder = folder
         self.collection_id = collection_id
         self.rows_per_file = rows_per_file
-        self.entries: list[dict[str, Any]] = []
+        self.entries: list[FileEntry] = []
         self.rows = 0
         self._pending = _Columns()
         self._tables: list[pa.Table] = []
@@ -108,22 +110,22 @@ class SpanFileWriter:
     def _start_write(self) -> None:
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
         self._tables, self._table_rows = [], 0
-        path = self.folder / f"spans-{self._index:04d}.parquet"
+        name = f"spans-{self._index:04d}.parquet"
         self._index += 1
-        self._writes.append(asyncio.ensure_future(self._write(path, table)))
+        self._writes.append(asyncio.ensure_future(self._write(name, table)))
 
-    async def _write(self, path: Path, table: pa.Table) -> None:
-        entry = await asyncio.to_thread(write_parquet_atomic, path, table)
-        self.entries.append({**entry, "table": "spans"})
+    async def _write(self, name: str, table: pa.Table) -> None:
+        entry = await asyncio.to_thread(self.storage.write_table, self.folder, name, table, "spans")
+        self.entries.append(entry)
 
-    async def finish(self) -> list[dict[str, Any]]:
+    async def finish(self) -> list[FileEntry]:
         """Write what is left; wait for every file; return their manifest entries in file order."""
         self._convert_pending()
         if self._tables:
             self._start_write()
         if self._writes:
             await asyncio.gather(*self._writes)
-        return sorted(self.entries, key=lambda e: e["path"])
+        return sorted(self.entries, key=lambda e: e.path)
 
     async def abandon(self) -> None:
         """Wait for writes in flight (so no thread outlives the run); their files stay uncommitted."""
@@ -131,8 +133,8 @@ class SpanFileWriter:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
 
-def write_table(folder: Path, name: str, table: pa.Table) -> dict[str, Any]:
+def write_table(storage: Storage, folder: Path, name: str, table: pa.Table) -> FileEntry:
     """Write one whole-table file (rollouts, attempts) and return its manifest entry."""
-    path = folder / f"{name}-0000.parquet"
-    entry = write_parquet_atomic(path, schemas.conform(table, schemas.BRONZE[name]))
-    return {**entry, "table": name}
+    return storage.write_table(
+        folder, f"{name}-0000.parquet", schemas.conform(table, schemas.BRONZE[name]), name
+    )

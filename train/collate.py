@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tracebank.train.dataset import IGNORE_INDEX
+from tracebank.warehouse.contract import IGNORE_INDEX
 
 
 @dataclass

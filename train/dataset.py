@@ -15,11 +15,12 @@ from typing import Any
 from tracebank.train.errors import TrainError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
-from tracebank.warehouse.commit import verify_hashes
+from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.records import DatasetManifest
+from tracebank.warehouse.storage import iter_batches, read_table, verify_hashes
 
 MODEL_COLUMNS = ["input_ids", "attention_mask", "labels"]
-IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,12 @@ class DatasetVersion:
 
     ref: DatasetRef
     folder: Path
-    manifest: dict[str, Any]
+    record: DatasetManifest
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest as committed (its JSON form)."""
+        return self.record.to_json()
 
     @property
     def label(self) -> str:
@@ -36,24 +42,19 @@ class DatasetVersion:
 
     @property
     def content_hash(self) -> str | None:
-        return self.manifest.get("content_hash")
+        return self.record.content_hash
 
     def split_files(self) -> dict[str, list[Path]]:
         """Data files per split (``train``, ``validation``...), in manifest order."""
-        out: dict[str, list[Path]] = {}
-        for entry in self.manifest.get("files", []):
-            if entry.get("table", "dataset_rows") != "dataset_rows":
-                continue
-            out.setdefault(entry.get("split", "train"), []).append(self.folder / entry["path"])
-        return out
+        return {
+            split: [self.folder / e.path for e in entries]
+            for split, entries in self.record.split_files().items()
+        }
 
     def split_rows(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for entry in self.manifest.get("files", []):
-            if entry.get("table", "dataset_rows") == "dataset_rows":
-                split = entry.get("split", "train")
-                out[split] = out.get(split, 0) + int(entry.get("rows", 0))
-        return out
+        return {
+            split: sum(e.rows or 0 for e in entries) for split, entries in self.record.split_files().items()
+        }
 
 
 def open_version(wh: Warehouse, ref: str | DatasetRef) -> DatasetVersion:
@@ -69,7 +70,7 @@ def open_version(wh: Warehouse, ref: str | DatasetRef) -> DatasetVersion:
 
 def verify(version: DatasetVersion) -> None:
     """Check every file's size and sha256 against the manifest (raises CorruptFileError)."""
-    verify_hashes(version.folder, version.manifest)
+    verify_hashes(version.folder, version.record)
 
 
 @dataclass
@@ -89,11 +90,8 @@ def scan_split(paths: list[Path]) -> SplitScan:
     """Row lengths, first trained position and token-id range of a split (pyarrow + numpy only)."""
     import numpy as np
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    table = pq.read_table(
-        [str(p) for p in paths] if len(paths) > 1 else str(paths[0]), columns=["input_ids", "labels"]
-    )
+    table = read_table(paths, columns=["input_ids", "labels"])
     if table.num_rows == 0:
         return SplitScan(0, [], [], -1, 0, 0)
     ids = table.column("input_ids").combine_chunks()
@@ -133,16 +131,14 @@ def load_split(paths: list[Path], cache_dir: Path, keep_rows: list[int] | None =
     are read; reward and provenance columns stay on disk.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from datasets import Dataset
 
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / f"{paths[0].parent.name}-{paths[0].stem}-{len(paths)}.arrow"
     schema = pa.schema([(name, pa.list_(pa.int32())) for name in MODEL_COLUMNS])
     with pa.OSFile(str(target), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        for path in paths:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=512, columns=MODEL_COLUMNS):
-                writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
+        for batch in iter_batches(paths, MODEL_COLUMNS, batch_size=512):
+            writer.write_batch(batch.cast(schema) if batch.schema != schema else batch)
     dataset = Dataset.from_file(str(target), in_memory=False)
     if keep_rows is not None:
         dataset = dataset.select(keep_rows)  # an index mapping, no copy

@@ -12,10 +12,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tracebank.train.dataset import IGNORE_INDEX, open_version
+from tracebank.train.dataset import open_version
 from tracebank.train.errors import TrainError
-from tracebank.warehouse.commit import check_sizes
+from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.storage import check_sizes, read_table
 
 DIM, BOLD_GREEN, RESET = "\x1b[2m", "\x1b[1;32m", "\x1b[0m"
 
@@ -82,17 +83,16 @@ def inspect_dataset(
     wh: Warehouse, ref: str, tokenizer: str | Path, row: int = 0, split: str = "train", color: bool = False
 ) -> str:
     """A row of ``ref`` decoded with masked/trained marks, then length and reward histograms."""
-    import pyarrow.parquet as pq
 
     wh.check_format()
     version = open_version(wh, ref)
-    check_sizes(version.folder, version.manifest)
+    check_sizes(version.folder, version.record)
     files = version.split_files()
     if split not in files:
         raise TrainError(
             f"dataset {version.label} has no {split!r} split", f"its splits: {', '.join(sorted(files))}"
         )
-    table = pq.read_table([str(p) for p in files[split]], columns=["input_ids", "labels", "reward"])
+    table = read_table(files[split], columns=["input_ids", "labels", "reward"])
     if not 0 <= row < table.num_rows:
         raise TrainError(f"row {row} is out of range", f"{version.label} {split} has {table.num_rows} rows")
     record: dict[str, Any] = table.slice(row, 1).to_pylist()[0]
@@ -122,7 +122,7 @@ def inspect_dataset(
     ]
     lengths, rewards = [], []
     for paths in files.values():
-        t = pq.read_table([str(p) for p in paths], columns=["input_ids", "reward"])
+        t = read_table(paths, columns=["input_ids", "reward"])
         import pyarrow.compute as pc
 
         lengths += pc.list_value_length(t.column("input_ids")).to_pylist()

@@ -9,15 +9,15 @@ gets one JSON object per logged step or evaluation, appended as they happen; the
 from __future__ import annotations
 
 import datetime as dt
-import json
 import secrets
-from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-from tracebank.warehouse.commit import write_json_atomic
 from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.records import RunRecord
+from tracebank.warehouse.storage import Storage
+
+__all__ = ["RunRecord", "RunWriter", "library_versions", "new_run_id", "now", "summarise"]
 
 LIBRARIES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "unsloth", "bitsandbytes")
 
@@ -43,61 +43,19 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-@dataclass
-class RunRecord:
-    """Everything about one training run; ``run.json`` is this, as JSON."""
-
-    run_id: str
-    status: str  # running | succeeded | failed
-    dataset: str
-    content_hash: str | None
-    base_model: str
-    backend: str
-    output_dir: str
-    save: str
-    hyperparameters: dict[str, Any]
-    libraries: dict[str, str]
-    started_at: str
-    finished_at: str | None = None
-    error: str | None = None
-    resolved: dict[str, Any] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
-    model: dict[str, Any] = field(default_factory=dict)
-    summary: dict[str, Any] = field(default_factory=dict)
-    best_checkpoint: dict[str, Any] | None = None
-    log_file: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
-
-
 class RunWriter:
     """Owns one run's folder: the only writer of its run.json and metrics.jsonl."""
 
     def __init__(self, wh: Warehouse, record: RunRecord) -> None:
-        self.folder = wh.run_dir(record.run_id)
-        self.folder.mkdir(parents=True, exist_ok=False)
+        self.storage = Storage(wh)
         self.record = record
-        self.metrics_path = self.folder / "metrics.jsonl"
-        self.metrics_path.touch()
-        self.write()
-
-    @property
-    def run_json(self) -> Path:
-        return self.folder / "run.json"
+        self.folder = self.storage.start_run(record)
 
     def write(self) -> None:
-        write_json_atomic(self.run_json, self.record.to_dict())
+        self.storage.write_run(self.record)
 
     def append_metric(self, event: dict[str, Any]) -> None:
-        with open(self.metrics_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(event, sort_keys=True) + "\n")
-            fh.flush()
+        self.storage.append_metric(self.record.run_id, event)
 
     def finish(self, status: str, error: str | None = None) -> None:
         self.record.status = status

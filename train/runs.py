@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
 from tracebank.train.errors import TrainError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import run_sql
+from tracebank.warehouse.storage import Storage
 
 
 def _loss_arrow(summary: dict[str, Any]) -> str | None:
@@ -18,39 +19,25 @@ def _loss_arrow(summary: dict[str, Any]) -> str | None:
     return f"{first:.4f}->{last:.4f}"
 
 
-def runs_table(wh: Warehouse) -> pa.Table:
-    """One row per run, oldest first: id, status, dataset, backend, steps, loss, eval, tokens/s, start."""
-    wh.check_format()
-    rows = []
-    for folder, record in catalog.runs(wh):
-        summary = record.get("summary") or {}
-        rows.append(
-            {
-                "run_id": record.get("run_id", folder.name),
-                "status": record.get("status"),
-                "dataset": record.get("dataset"),
-                "backend": record.get("backend"),
-                "steps": summary.get("steps"),
-                "train_loss": _loss_arrow(summary),
-                "eval_loss_best": summary.get("eval_loss_best"),
-                "tokens_per_s": summary.get("tokens_per_s"),
-                "started_at": record.get("started_at"),
-            }
-        )
-    schema = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("status", pa.string()),
-            ("dataset", pa.string()),
-            ("backend", pa.string()),
-            ("steps", pa.int64()),
-            ("train_loss", pa.string()),
-            ("eval_loss_best", pa.float64()),
-            ("tokens_per_s", pa.float64()),
-            ("started_at", pa.string()),
-        ]
-    )
-    return pa.Table.from_pylist(rows, schema=schema)
+#: One row per run, oldest first, from the ``runs`` view (``summary`` is its JSON text).
+RUNS_SQL = """
+SELECT run_id, status, dataset, backend,
+       CAST(json_extract(summary, '$.steps') AS BIGINT) AS steps,
+       printf('%.4f->%.4f', CAST(json_extract(summary, '$.train_loss_first') AS DOUBLE),
+              CAST(json_extract(summary, '$.train_loss_last') AS DOUBLE)) AS train_loss,
+       CAST(json_extract(summary, '$.eval_loss_best') AS DOUBLE) AS eval_loss_best,
+       CAST(json_extract(summary, '$.tokens_per_s') AS DOUBLE) AS tokens_per_s,
+       started_at
+FROM runs
+WHERE $status IS NULL OR status = $status
+ORDER BY run_id
+"""
+
+
+def runs_table(wh: Warehouse, status: str | None = None) -> pa.Table:
+    """One row per run (of ``status`` only, when given), oldest first: id, status, dataset,
+    backend, steps, loss, eval, tokens/s, start."""
+    return run_sql(wh, RUNS_SQL, {"status": status})
 
 
 def run_details(wh: Warehouse, run_id: str) -> dict[str, Any]:
@@ -64,15 +51,7 @@ def run_details(wh: Warehouse, run_id: str) -> dict[str, Any]:
             "give more of the id (see `tracebank runs list`)",
         )
     folder, record = catalog.resolve_run(wh, run_id)
-    metrics = []
-    path = folder / "metrics.jsonl"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                metrics.append(json.loads(line))
-            except ValueError:
-                continue  # a line still being appended
-    return {**record, "metrics": metrics}
+    return {**record.to_json(), "metrics": Storage(wh).run_metrics(folder)}
 
 
 def format_run(details: dict[str, Any]) -> str:

@@ -15,7 +15,6 @@ copied once, straight into each split's final row order (``transform.rows``,
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tracebank.transform import silver as silver_mod
 from tracebank.transform.arrowutil import arrow_ints
 from tracebank.transform.config import TransformConfig
@@ -37,10 +35,11 @@ from tracebank.transform.rows import CallTokens, build_rows
 from tracebank.transform.select import rollout_scores, select_rows
 from tracebank.transform.triplets import CallCounts, rewarded_calls
 from tracebank.transform.writer import write_split
-from tracebank.warehouse import catalog, schemas
+from tracebank.warehouse import schemas
 from tracebank.warehouse.catalog import DatasetRef
-from tracebank.warehouse.commit import commit_manifest, committed_files
 from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.records import CollectionManifest, DatasetManifest, SilverManifest
+from tracebank.warehouse.storage import Storage, files_of, read_table
 
 CALL_COLUMNS = [
     "collection_id",
@@ -74,7 +73,12 @@ class TransformResult:
 
     ref: DatasetRef
     folder: Path
-    manifest: dict[str, Any]
+    record: DatasetManifest
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest as committed (its JSON form)."""
+        return self.record.to_json()
 
     def summary(self) -> str:
         return summary_line(self.manifest)
@@ -87,9 +91,9 @@ def tracebank_version() -> str:
         return "unknown"
 
 
-def choose_collections(wh: Warehouse, wanted: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+def choose_collections(wh: Warehouse, wanted: tuple[str, ...]) -> list[tuple[str, CollectionManifest]]:
     """(collection_id, manifest) of the chosen committed collections, oldest first."""
-    committed = {folder.name: manifest for folder, manifest in catalog.collections(wh)}
+    committed = {folder.name: manifest for folder, manifest in Storage(wh).collections()}
     if not committed:
         raise NoCollectionsError(
             f"no committed collection in {wh.root}", "run `tracebank collect --store URL` first"
@@ -104,13 +108,12 @@ def choose_collections(wh: Warehouse, wanted: tuple[str, ...]) -> list[tuple[str
     return [(cid, committed[cid]) for cid in ids]
 
 
-def _bronze(wh: Warehouse, cid: str, manifest: dict[str, Any], table: str, columns: list[str]) -> pa.Table:
-    files = committed_files(wh.collection_dir(cid), manifest, table)
-    schema = {"attempts": schemas.ATTEMPTS, "rollouts": schemas.ROLLOUTS}[table]
-    wanted = pa.schema([schema.field(c) for c in columns])
-    if not files:
-        return wanted.empty_table()
-    return pa.concat_tables([pq.ParquetFile(f).read(columns=columns).cast(wanted) for f in files])
+def _bronze(
+    wh: Warehouse, cid: str, manifest: CollectionManifest, table: str, columns: list[str]
+) -> pa.Table:
+    files = files_of(wh.collection_dir(cid), manifest, table)
+    schema = schemas.BRONZE[table]
+    return read_table(files, columns=columns, schema=pa.schema([schema.field(c) for c in columns]))
 
 
 Inputs = tuple[
@@ -125,7 +128,7 @@ Inputs = tuple[
 
 
 def load_inputs(
-    wh: Warehouse, chosen: list[tuple[str, dict[str, Any]]], rebuild: bool, pool: ThreadPoolExecutor
+    wh: Warehouse, chosen: list[tuple[str, CollectionManifest]], rebuild: bool, pool: ThreadPoolExecutor
 ) -> Inputs:
     """(calls, their tokens, rewards, attempts, rollouts, silver counts, pending silver writes).
 
@@ -137,7 +140,7 @@ def load_inputs(
     """
     calls, rewards, attempts, rollouts = [], [], [], []
     token_parts: list[Callable[[], pa.Table]] = []
-    pending: list[Future[dict[str, Any]]] = []
+    pending: list[Future[SilverManifest]] = []
     built = cached = loaded = 0
     for order, (cid, manifest) in enumerate(chosen):
         if not rebuild and silver_mod.cached_manifest(wh, cid) is not None:
@@ -184,19 +187,6 @@ def _load_tokens(parts: list[Callable[[], pa.Table]], expected: int) -> CallToke
     )
 
 
-def _reserve(wh: Warehouse, name: str) -> tuple[int, Path]:
-    """Create the next free version folder (a concurrent writer gets another number)."""
-    wh.dataset_dir(name).mkdir(parents=True, exist_ok=True)
-    while True:
-        version = catalog.next_version(wh, name)
-        folder = wh.version_dir(name, version)
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        return version, folder
-
-
 def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
     """Build and commit the next version of ``config.name``; see the module docstring."""
     wh.check_format()
@@ -215,7 +205,7 @@ def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
 def _build(
     wh: Warehouse,
     config: TransformConfig,
-    chosen: list[tuple[str, dict[str, Any]]],
+    chosen: list[tuple[str, CollectionManifest]],
     calls: pl.DataFrame,
     tokens: Future[CallTokens],
     rewards: pl.DataFrame,
@@ -250,42 +240,42 @@ def _build(
         )
 
     sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
-    version, folder = _reserve(wh, config.name)
+    storage = Storage(wh)
+    version, folder = storage.reserve_version(config.name)
     try:
         files, digests, max_ids = [], [], []
         for split, frame in (("train", train), ("validation", validation)):
             if frame.height == 0:
                 continue
-            written = write_split(folder / f"{split}.parquet", frame, source)
-            files.append({**written.entry, "table": "dataset_rows", "split": split})
+            written = write_split(storage, folder, split, frame, source)
+            files.append(written.entry)
             digests.append({"split": split, "rows": frame.height, "digest": written.digest})
             max_ids.append(written.max_token_id)
         st = stats({"train": train, "validation": validation}, max_ids)
-        manifest = {
-            "name": config.name,
-            "version": version,
-            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "tracebank_version": tracebank_version(),
-            "content_hash": content_hash(config, sources, digests),
-            "params": config.params(),
-            "sources": sources,
-            "counts": counts,
-            "stats": st,
-            "rows": st["rows"],
-            "files": files,
-        }
-        if config.extra:
-            manifest["notes"] = config.extra
-        commit_manifest(folder, manifest)
+        manifest = DatasetManifest(
+            name=config.name,
+            version=version,
+            created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            tracebank_version=tracebank_version(),
+            content_hash=content_hash(config, sources, digests),
+            params=config.params(),
+            sources=sources,
+            counts=counts,
+            stats=st,
+            rows=st["rows"],
+            notes=dict(config.extra) if config.extra else None,
+            files=files,
+        )
+        storage.commit_version(folder, manifest)
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        storage.abandon_version(folder)
         raise
     return TransformResult(DatasetRef(config.name, version), folder, manifest)
 
 
 def build_silver(
     wh: Warehouse, collections: tuple[str, ...] = (), force: bool = False
-) -> list[dict[str, Any]]:
+) -> list[SilverManifest]:
     """Build (or reuse) the silver caches of the chosen collections (default all); their manifests."""
     wh.check_format()
     return [silver_mod.build_silver(wh, cid, force=force) for cid, _ in choose_collections(wh, collections)]

@@ -12,7 +12,8 @@ import pyarrow as pa
 import xxhash
 from tracebank.transform.arrowutil import numpy_view
 from tracebank.transform.config import TransformConfig
-from tracebank.transform.silver import SILVER_VERSION
+from tracebank.warehouse.contract import SILVER_VERSION
+from tracebank.warehouse.records import CollectionManifest
 
 # Bump when the same inputs and options would produce different rows, i.e. whenever
 # transform.rows changes what a row holds (2: the hash no longer reads the Parquet bytes).
@@ -22,13 +23,11 @@ ROWS_FORMAT = 3
 _NOT_HASHED = ("name", "rebuild_silver", "collections")
 
 
-def source_hash(manifest: dict[str, Any]) -> str:
+def source_hash(manifest: CollectionManifest) -> str:
     """A collection's content hash: its own if it records one, else one over its file hashes."""
-    if manifest.get("content_hash"):
-        return str(manifest["content_hash"])
-    parts = sorted(
-        f"{e.get('table', '')}:{e['path']}:{e.get('sha256', '')}" for e in manifest.get("files", [])
-    )
+    if manifest.content_hash:
+        return manifest.content_hash
+    parts = sorted(f"{e.table or ''}:{e.path}:{e.sha256}" for e in manifest.files)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

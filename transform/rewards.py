@@ -22,8 +22,9 @@ import json
 import math
 from typing import Any
 
-REWARD_PREFIX = "agentlightning.reward"
-ANNOTATION = "agentlightning.annotation"
+from tracebank.warehouse.contract import ANNOTATION_SPAN as ANNOTATION
+from tracebank.warehouse.contract import REWARD_PREFIX
+
 AGENTOPS_KEYS = ("agentops.task.output", "agentops.entity.output")
 
 MALFORMED = "malformed_reward"

@@ -27,9 +27,9 @@ import polars as pl
 import pyarrow as pa
 from tracebank.transform.arrowutil import arrow_ints, numpy_view
 from tracebank.transform.errors import TransformError
+from tracebank.warehouse.contract import IGNORE_INDEX
 
 _MAX_OFFSET = 2**31 - 1
-IGNORE = -100
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class RowTokens:
         lengths = self.prompt_len[last] + self.response_len[last]
         offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        ignore = np.full(int(self.prompt_len[last].max()) if len(last) else 0, IGNORE, np.int32)
+        ignore = np.full(int(self.prompt_len[last].max()) if len(last) else 0, IGNORE_INDEX, np.int32)
 
         inputs: list[np.ndarray] = []
         labels: list[np.ndarray] = []

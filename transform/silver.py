@@ -15,7 +15,6 @@ committed cache is reused until its ``silver_version`` changes.
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +22,22 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from tracebank.transform import rewards as reward_rules
 from tracebank.transform.arrowutil import repeat_string, string_scalar
 from tracebank.transform.errors import NoCollectionsError, TransformError
 from tracebank.transform.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
 from tracebank.warehouse import schemas
-from tracebank.warehouse.commit import commit_manifest, committed_files, read_manifest, write_parquet_atomic
+from tracebank.warehouse.contract import (
+    ANNOTATION_SPAN,
+    LITELLM_SPAN,
+    RAW_LLM_SPAN,
+    REWARD_PREFIX,
+    SILVER_VERSION,
+)
 from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.records import FileEntry, SilverManifest
+from tracebank.warehouse.storage import Storage, files_of, parquet_scan_sql, read_table
 
-SILVER_VERSION = 1
-CALL_SPANS = ("raw_gen_ai_request", "litellm_request")
 SPAN_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "span_id", "name", "start_time", "attributes"]
 
 # Keys read from each call span's attributes, in the order of the s[]/ty[] lists below.
@@ -81,19 +85,19 @@ _CALLS_SQL = f"""
 WITH c AS (
   SELECT span_index, rollout_id, attempt_id, span_id, name, sequence_id, start_time,
          json_extract_string(attributes, [{_PATHS}]) AS s, json_type(attributes, [{_PATHS}]) AS ty
-  FROM spans WHERE name IN ('raw_gen_ai_request', 'litellm_request') {{valid}}
+  FROM spans WHERE name IN ('{RAW_LLM_SPAN}', '{LITELLM_SPAN}') {{valid}}
 ), t AS (
   SELECT span_index, rollout_id, attempt_id, span_id, name AS span_name, sequence_id, start_time,
          {_RESPONSE_ID} AS response_id,
          coalesce({_str(8)}, {_str(9)}, {_str(10)}) AS model,
-         CASE WHEN name = 'raw_gen_ai_request' THEN {_text(1)} ELSE {_text(4)} END AS prompt_text,
-         CASE WHEN name = 'raw_gen_ai_request'
+         CASE WHEN name = '{RAW_LLM_SPAN}' THEN {_text(1)} ELSE {_text(4)} END AS prompt_text,
+         CASE WHEN name = '{RAW_LLM_SPAN}'
               THEN nullif(regexp_extract({_text(2)}, '^\\s*\\[\\s*(\\[[^\\[\\]]*\\])', 1), '') END
            AS old_text,
-         CASE WHEN name = 'raw_gen_ai_request' THEN {_text(3)} END AS choices_text,
-         CASE WHEN name = 'litellm_request' THEN {_text(5)} END AS litellm_response_text
+         CASE WHEN name = '{RAW_LLM_SPAN}' THEN {_text(3)} END AS choices_text,
+         CASE WHEN name = '{LITELLM_SPAN}' THEN {_text(5)} END AS litellm_response_text
   FROM c
-  WHERE name = 'raw_gen_ai_request' OR ty[4] IS NOT NULL OR ty[5] IS NOT NULL
+  WHERE name = '{RAW_LLM_SPAN}' OR ty[4] IS NOT NULL OR ty[5] IS NOT NULL
 ), p AS (
   SELECT * EXCLUDE (prompt_text), {fast_sql("prompt_text")} AS prompt_ids,
          prompt_text
@@ -116,19 +120,19 @@ _CHOICE_IDS_RE = (
     r"""(?:'token_ids'|"token_ids")\s*:\s*(\[[^\]]*\])"""
 )
 
-_REWARD_CANDIDATES_SQL = """
+_REWARD_CANDIDATES_SQL = f"""
 SELECT span_index, rollout_id, attempt_id, span_id, name, sequence_id, start_time, attributes
 FROM spans
-WHERE name = 'agentlightning.annotation' OR contains(attributes, 'agentlightning.reward')
+WHERE name = '{ANNOTATION_SPAN}' OR contains(attributes, '{REWARD_PREFIX}')
    OR contains(attributes, 'agentops.task.output') OR contains(attributes, 'agentops.entity.output')
 ORDER BY span_index
 """
 
-_MESSAGES_SQL = """
+_MESSAGES_SQL = f"""
 WITH s AS (
   SELECT span_index, rollout_id, attempt_id, span_id, sequence_id,
          json_extract_string(attributes, ['$."gen_ai.input.messages"', '$."gen_ai.output.messages"']) AS m
-  FROM spans WHERE name = 'litellm_request' {valid}
+  FROM spans WHERE name = '{LITELLM_SPAN}' {{valid}}
 ), d AS (
   SELECT span_index, rollout_id, attempt_id, span_id, sequence_id, 'input' AS direction, m[1] AS doc FROM s
   UNION ALL
@@ -157,13 +161,13 @@ ORDER BY span_index, direction, message_index
 def span_files(wh: Warehouse, collection_id: str) -> list[Path]:
     """The committed bronze span files of a collection, in manifest order."""
     folder = wh.collection_dir(collection_id)
-    manifest = read_manifest(folder)
+    manifest = Storage(wh).collection(collection_id)
     if manifest is None:
         raise NoCollectionsError(
             f"collection {collection_id!r} is not committed in {wh.root}",
             'list them with `tracebank sql "SELECT * FROM collections"`',
         )
-    return committed_files(folder, manifest, "spans")
+    return files_of(folder, manifest, "spans")
 
 
 def register_spans(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
@@ -175,16 +179,15 @@ def register_spans(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
         return
     parts = []
     for n, path in enumerate(files):
-        quoted = str(path).replace("'", "''")
         parts.append(
             f"SELECT {', '.join(SPAN_COLUMNS)}, file_row_number + {n} * 1000000000000 AS span_index "
-            f"FROM read_parquet('{quoted}', file_row_number = true)"
+            f"FROM {parquet_scan_sql(path, row_number=True)}"
         )
     # Read and decompress the files once, keeping only spans some silver table reads.
     con.execute(
         "CREATE OR REPLACE TEMP TABLE spans AS SELECT * FROM (" + " UNION ALL ".join(parts) + ") "
-        "WHERE name IN ('raw_gen_ai_request', 'litellm_request', 'agentlightning.annotation') "
-        "OR contains(attributes, 'agentlightning.reward') OR contains(attributes, 'agentops.')"
+        f"WHERE name IN ('{RAW_LLM_SPAN}', '{LITELLM_SPAN}', '{ANNOTATION_SPAN}') "
+        f"OR contains(attributes, '{REWARD_PREFIX}') OR contains(attributes, 'agentops.')"
     )
 
 
@@ -211,7 +214,7 @@ def extract_calls(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Tabl
     n = c.num_rows
     choice_text = _choice_ids_text(c.column("choices_text"))
     litellm = (
-        pc.equal(c.column("span_name"), string_scalar("litellm_request")).combine_chunks()
+        pc.equal(c.column("span_name"), string_scalar(LITELLM_SPAN)).combine_chunks()
         if n
         else pa.nulls(0, pa.bool_())
     )
@@ -333,21 +336,21 @@ def silver_tables(wh: Warehouse, collection_id: str) -> dict[str, pa.Table]:
         con.close()
 
 
-def cached_manifest(wh: Warehouse, collection_id: str) -> dict[str, Any] | None:
+def cached_manifest(wh: Warehouse, collection_id: str) -> SilverManifest | None:
     """The committed silver manifest of ``collection_id`` if it is current, else None."""
-    manifest = read_manifest(wh.silver_collection_dir(collection_id))
-    if manifest is None or manifest.get("silver_version") != SILVER_VERSION:
+    manifest = Storage(wh).silver(collection_id)
+    if manifest is None or manifest.silver_version != SILVER_VERSION:
         return None
     return manifest
 
 
-def build_silver(wh: Warehouse, collection_id: str, force: bool = False) -> dict[str, Any]:
+def build_silver(wh: Warehouse, collection_id: str, force: bool = False) -> SilverManifest:
     """Build (or reuse) the silver cache of one collection; return its manifest."""
     if not force:
         cached = cached_manifest(wh, collection_id)
         if cached is not None:
             return cached
-    if read_manifest(wh.collection_dir(collection_id)) is None:
+    if Storage(wh).collection(collection_id) is None:
         raise NoCollectionsError(f"collection {collection_id!r} is not committed in {wh.root}")
     return write_silver(wh, collection_id, silver_tables(wh, collection_id))
 
@@ -365,38 +368,21 @@ def _parquet_options(table: pa.Table) -> dict[str, Any]:
     }
 
 
-def write_silver(wh: Warehouse, collection_id: str, tables: dict[str, pa.Table]) -> dict[str, Any]:
+def write_silver(wh: Warehouse, collection_id: str, tables: dict[str, pa.Table]) -> SilverManifest:
     """Commit computed silver tables as the cache of ``collection_id``; return the manifest."""
-    folder = wh.silver_collection_dir(collection_id)
-    build = uuid.uuid4().hex[:8]
-    files = []
-    for name, table in tables.items():
-        entry = write_parquet_atomic(folder / f"{name}-{build}.parquet", table, **_parquet_options(table))
-        files.append({**entry, "table": name})
     counts = {name: t.num_rows for name, t in tables.items()}
-    calls = tables["llm_calls"]
-    counts["usable_calls"] = calls.column("reject_reason").null_count
-    manifest = {
-        "collection_id": collection_id,
-        "silver_version": SILVER_VERSION,
-        "created_at": dt.datetime.now(dt.UTC).isoformat(),
-        "counts": counts,
-        "files": files,
-    }
-    previous = read_manifest(folder)
-    commit_manifest(folder, manifest)
-    _remove_replaced(folder, previous, manifest)
-    return manifest
+    counts["usable_calls"] = tables["llm_calls"].column("reject_reason").null_count
 
+    def manifest(files: list[FileEntry]) -> SilverManifest:
+        return SilverManifest(
+            collection_id=collection_id,
+            silver_version=SILVER_VERSION,
+            created_at=dt.datetime.now(dt.UTC).isoformat(),
+            counts=counts,
+            files=files,
+        )
 
-def _remove_replaced(folder: Path, previous: dict[str, Any] | None, current: dict[str, Any]) -> None:
-    """Delete the files of a replaced cache (readers of the old manifest fail fast on size)."""
-    if not previous:
-        return
-    keep = {e["path"] for e in current["files"]}
-    for entry in previous.get("files", []):
-        if entry["path"] not in keep:
-            (folder / entry["path"]).unlink(missing_ok=True)
+    return Storage(wh).replace_silver(collection_id, tables, manifest, _parquet_options)
 
 
 def load_silver(wh: Warehouse, collection_id: str, table: str, columns: list[str] | None = None) -> pa.Table:
@@ -405,10 +391,7 @@ def load_silver(wh: Warehouse, collection_id: str, table: str, columns: list[str
     if manifest is None:
         raise TransformError(f"silver cache of {collection_id} is missing", "run `tracebank transform`")
     folder = wh.silver_collection_dir(collection_id)
-    files = committed_files(folder, manifest, table)
+    files = files_of(folder, manifest, table)
     if not files:
-        schema = {"llm_calls": schemas.LLM_CALLS, "rewards": schemas.REWARDS, "messages": schemas.MESSAGES}[
-            table
-        ]
-        return schema.empty_table()
-    return pa.concat_tables([pq.ParquetFile(f).read(columns=columns) for f in files])
+        return schemas.SILVER[table].empty_table()
+    return read_table(files, columns=columns)

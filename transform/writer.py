@@ -14,11 +14,11 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tracebank.transform.manifest import rows_digest
 from tracebank.transform.rows import RowTokens
 from tracebank.warehouse import schemas
-from tracebank.warehouse.commit import write_buffer_atomic
+from tracebank.warehouse.records import FileEntry
+from tracebank.warehouse.storage import Storage, encode_parquet
 
 EXTRA_FIELDS = [
     pa.field("collection_id", pa.string()),
@@ -50,7 +50,7 @@ PARQUET_OPTIONS: dict[str, Any] = {
 class WrittenSplit:
     """A committed split file: its manifest entry, content digest and largest input id."""
 
-    entry: dict[str, Any]
+    entry: FileEntry
     digest: str
     max_token_id: int | None
 
@@ -70,13 +70,14 @@ def split_table(frame: pl.DataFrame, source: RowTokens) -> tuple[pa.Table, int |
 
 def encode(table: pa.Table) -> pa.Buffer:
     """``table`` as Parquet bytes (see PARQUET_OPTIONS)."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, **PARQUET_OPTIONS)
-    return sink.getvalue()
+    return encode_parquet(table, **PARQUET_OPTIONS)
 
 
-def write_split(final: Path, frame: pl.DataFrame, source: RowTokens) -> WrittenSplit:
-    """Materialise ``frame``'s rows into ``final`` (one Parquet file, committed atomically)."""
+def write_split(
+    storage: Storage, folder: Path, split: str, frame: pl.DataFrame, source: RowTokens
+) -> WrittenSplit:
+    """Materialise ``frame``'s rows into ``folder/<split>.parquet`` (one file, written atomically)."""
     table, max_id = split_table(frame, source)
-    entry = write_buffer_atomic(final, encode(table), rows=table.num_rows)
+    entry = storage.write_buffer(folder, f"{split}.parquet", encode(table), table.num_rows, "dataset_rows")
+    entry.split = split
     return WrittenSplit(entry, rows_digest(table), max_id)

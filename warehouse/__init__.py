@@ -1,13 +1,6 @@
-"""The warehouse: the folder every stage reads and writes, and its SQL views."""
+"""The warehouse: the folder every stage reads and writes, its typed records and its SQL views."""
 
 from tracebank.warehouse.catalog import DatasetRef, resolve_dataset, resolve_run
-from tracebank.warehouse.commit import (
-    commit_manifest,
-    read_manifest,
-    verify_hashes,
-    write_json_atomic,
-    write_parquet_atomic,
-)
 from tracebank.warehouse.errors import (
     CorruptFileError,
     NotFoundError,
@@ -18,23 +11,35 @@ from tracebank.warehouse.errors import (
 )
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import connect, run_sql
+from tracebank.warehouse.records import (
+    CollectionManifest,
+    DatasetManifest,
+    FileEntry,
+    RunRecord,
+    SilverManifest,
+)
+from tracebank.warehouse.storage import Storage, check_sizes, read_table, verify_hashes
 
 __all__ = [
+    "CollectionManifest",
     "CorruptFileError",
+    "DatasetManifest",
     "DatasetRef",
+    "FileEntry",
     "NotFoundError",
     "QueryError",
+    "RunRecord",
+    "SilverManifest",
+    "Storage",
     "TracebankError",
     "UsageError",
     "Warehouse",
     "WarehouseError",
-    "commit_manifest",
+    "check_sizes",
     "connect",
-    "read_manifest",
+    "read_table",
     "resolve_dataset",
     "resolve_run",
     "run_sql",
     "verify_hashes",
-    "write_json_atomic",
-    "write_parquet_atomic",
 ]

@@ -1,20 +1,19 @@
-"""The catalog: committed collections, silver caches, dataset versions and runs.
+"""The catalog: committed collections, silver caches, dataset versions and runs, by name.
 
-Everything here is derived from manifests on disk; there is no catalog
-database to keep in sync.
+Everything here is derived from manifests on disk (read and validated by
+:class:`~tracebank.warehouse.storage.Storage`); there is no catalog database to keep in sync.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tracebank.warehouse.commit import read_manifest
-from tracebank.warehouse.errors import CorruptFileError, NotFoundError, UsageError
+from tracebank.warehouse.errors import NotFoundError, UsageError
 from tracebank.warehouse.layout import Warehouse, validate_name
+from tracebank.warehouse.records import CollectionManifest, DatasetManifest, RunRecord, SilverManifest
+from tracebank.warehouse.storage import Storage, version_number
 
 _REF_RE = re.compile(r"^(?P<name>[^@]+)(?:@v?(?P<version>\d+))?$")
 
@@ -40,53 +39,31 @@ class DatasetRef:
         return self.name if self.version is None else f"{self.name}@v{self.version}"
 
 
-def _committed(folders: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
-    out = []
-    for folder in sorted(folders):
-        manifest = read_manifest(folder)
-        if manifest is not None:
-            out.append((folder, manifest))
-    return out
-
-
-def _subdirs(path: Path) -> list[Path]:
-    return [p for p in path.iterdir() if p.is_dir()] if path.exists() else []
-
-
-def collections(wh: Warehouse) -> list[tuple[Path, dict[str, Any]]]:
+def collections(wh: Warehouse) -> list[tuple[Path, CollectionManifest]]:
     """Committed collections, oldest first (ids sort by time)."""
-    return _committed(_subdirs(wh.collections_dir))
+    return Storage(wh).collections()
 
 
-def silver_caches(wh: Warehouse) -> list[tuple[Path, dict[str, Any]]]:
+def silver_caches(wh: Warehouse) -> list[tuple[Path, SilverManifest]]:
     """Committed silver caches, one per collection they were derived from."""
-    return _committed(_subdirs(wh.silver_dir))
+    return Storage(wh).silver_caches()
 
 
 def dataset_names(wh: Warehouse) -> list[str]:
-    return sorted(p.name for p in _subdirs(wh.datasets_dir))
+    return Storage(wh).dataset_names()
 
 
-def dataset_versions(wh: Warehouse, name: str | None = None) -> list[tuple[Path, dict[str, Any]]]:
+def dataset_versions(wh: Warehouse, name: str | None = None) -> list[tuple[Path, DatasetManifest]]:
     """Committed dataset versions (of ``name``, or of every dataset), by name then version."""
-    names = [name] if name else dataset_names(wh)
-    out: list[tuple[Path, dict[str, Any]]] = []
-    for n in names:
-        out.extend(_committed([p for p in _subdirs(wh.dataset_dir(n)) if p.name.startswith("v")]))
-    return out
-
-
-def version_number(folder: Path) -> int:
-    return int(folder.name.lstrip("v"))
+    return Storage(wh).dataset_versions(name)
 
 
 def next_version(wh: Warehouse, name: str) -> int:
     """The next free version number of ``name`` (uncommitted folders count as taken)."""
-    taken = [version_number(p) for p in _subdirs(wh.dataset_dir(name)) if p.name[1:].isdigit()]
-    return max(taken, default=0) + 1
+    return Storage(wh).next_version(name)
 
 
-def resolve_dataset(wh: Warehouse, ref: DatasetRef | str) -> tuple[DatasetRef, Path, dict[str, Any]]:
+def resolve_dataset(wh: Warehouse, ref: DatasetRef | str) -> tuple[DatasetRef, Path, DatasetManifest]:
     """The committed version ``ref`` names (latest when unversioned), with folder and manifest."""
     ref = DatasetRef.parse(ref) if isinstance(ref, str) else ref
     versions = dataset_versions(wh, ref.name)
@@ -106,20 +83,12 @@ def resolve_dataset(wh: Warehouse, ref: DatasetRef | str) -> tuple[DatasetRef, P
     raise NotFoundError(f"dataset {ref} does not exist", f"{ref.name} has versions {have}")
 
 
-def runs(wh: Warehouse) -> list[tuple[Path, dict[str, Any]]]:
-    """Every run record (run.json), oldest first; a run is visible from its start."""
-    out = []
-    for folder in sorted(_subdirs(wh.runs_dir)):
-        path = folder / "run.json"
-        if path.exists():
-            try:
-                out.append((folder, json.loads(path.read_text())))
-            except ValueError as exc:
-                raise CorruptFileError(f"run record {path} is not valid JSON: {exc}") from exc
-    return out
+def runs(wh: Warehouse) -> list[tuple[Path, RunRecord]]:
+    """Every run record, oldest first; a run is visible from its start."""
+    return Storage(wh).runs()
 
 
-def resolve_run(wh: Warehouse, run_id: str) -> tuple[Path, dict[str, Any]]:
+def resolve_run(wh: Warehouse, run_id: str) -> tuple[Path, RunRecord]:
     for folder, record in runs(wh):
         if folder.name == run_id:
             return folder, record

@@ -1,4 +1,5 @@
-"""The one commit protocol every writer uses.
+"""The atomic-write protocol under :class:`tracebank.warehouse.storage.Storage` (its only user
+besides the FORMAT.json of a new warehouse).
 
 Data files are written under a temporary name, fsynced and renamed into place;
 the manifest listing them is written last, the same way. A reader only trusts
@@ -20,8 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tracebank.warehouse.errors import CorruptFileError, WarehouseError
-from tracebank.warehouse.layout import MANIFEST
+from tracebank.warehouse.errors import CorruptFileError
+from tracebank.warehouse.records import Manifest
 
 TMP_MARK = ".tmp-"
 
@@ -107,52 +108,26 @@ def file_entry(path: Path, rows: int | None = None) -> dict[str, Any]:
     return entry
 
 
-def commit_manifest(folder: Path, manifest: dict[str, Any]) -> Path:
-    """Commit ``folder`` by writing its manifest last, after checking every listed file exists."""
-    for entry in manifest.get("files", []):
-        if not (folder / entry["path"]).exists():
-            raise WarehouseError(f"refusing to commit {folder}: {entry['path']} is missing")
-    path = folder / MANIFEST
-    write_json_atomic(path, manifest)
-    return path
-
-
-def read_manifest(folder: Path) -> dict[str, Any] | None:
-    """The committed manifest of ``folder``, or None when it was never committed."""
-    path = folder / MANIFEST
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise CorruptFileError(f"manifest {path} is not valid JSON: {exc}") from exc
-
-
-def committed_files(folder: Path, manifest: dict[str, Any], table: str | None = None) -> list[Path]:
-    """Paths of the files ``manifest`` lists (optionally only those of ``table``)."""
-    return [folder / e["path"] for e in manifest.get("files", []) if table is None or e.get("table") == table]
-
-
-def check_sizes(folder: Path, manifest: dict[str, Any]) -> None:
+def check_sizes(folder: Path, manifest: Manifest) -> None:
     """Cheap integrity check: every listed file exists with the recorded size."""
-    for entry in manifest.get("files", []):
-        path = folder / entry["path"]
+    for entry in manifest.files:
+        path = folder / entry.path
         if not path.exists():
             raise CorruptFileError(f"committed file {path} is missing")
         size = path.stat().st_size
-        if "bytes" in entry and size != entry["bytes"]:
+        if size != entry.bytes:
             raise CorruptFileError(
-                f"committed file {path} is {size} bytes, manifest says {entry['bytes']}",
+                f"committed file {path} is {size} bytes, manifest says {entry.bytes}",
                 "the file was truncated or altered after commit",
             )
 
 
-def verify_hashes(folder: Path, manifest: dict[str, Any]) -> None:
+def verify_hashes(folder: Path, manifest: Manifest) -> None:
     """Full integrity check: sizes, then the sha256 of every listed file."""
     check_sizes(folder, manifest)
-    for entry in manifest.get("files", []):
-        path = folder / entry["path"]
-        if "sha256" in entry and sha256_file(path) != entry["sha256"]:
+    for entry in manifest.files:
+        path = folder / entry.path
+        if sha256_file(path) != entry.sha256:
             raise CorruptFileError(
                 f"committed file {path} does not match its sha256 in the manifest",
                 "the file was altered after commit; rebuild it",

@@ -8,7 +8,7 @@ ever opened.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from tracebank.warehouse import catalog, schemas
 from tracebank.warehouse.commit import check_sizes
 from tracebank.warehouse.errors import CorruptFileError, QueryError
 from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.records import Manifest
+from tracebank.warehouse.storage import Storage
 
 READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}
 
@@ -54,13 +56,13 @@ def _view_over_arrow(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table)
     con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_arrow")
 
 
-def _files_by_table(entries: list[tuple[Path, dict[str, Any]]], check: bool) -> dict[str, list[Path]]:
+def _files_by_table(entries: Sequence[tuple[Path, Manifest]], check: bool) -> dict[str, list[Path]]:
     out: dict[str, list[Path]] = {}
     for folder, manifest in entries:
         if check:
             check_sizes(folder, manifest)
-        for entry in manifest.get("files", []):
-            out.setdefault(entry.get("table", ""), []).append(folder / entry["path"])
+        for entry in manifest.files:
+            out.setdefault(entry.table or "", []).append(folder / entry.path)
     return out
 
 
@@ -69,11 +71,11 @@ def _dataset_rows_view(con: duckdb.DuckDBPyConnection, wh: Warehouse, check: boo
     for folder, manifest in catalog.dataset_versions(wh):
         if check:
             check_sizes(folder, manifest)
-        for entry in manifest.get("files", []):
-            keys["filename"].append(str(folder / entry["path"]))
-            keys["dataset"].append(manifest.get("name", folder.parent.name))
+        for entry in manifest.files:
+            keys["filename"].append(str(folder / entry.path))
+            keys["dataset"].append(manifest.name)
             keys["version"].append(catalog.version_number(folder))
-            keys["split"].append(entry.get("split", entry.get("table", "train")))
+            keys["split"].append(entry.split or "train")
     if not keys["filename"]:
         empty = pa.schema(
             [("dataset", pa.string()), ("version", pa.int64()), ("split", pa.string())]
@@ -126,18 +128,12 @@ RUN_KEYS = (
 
 def _run_metrics_view(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
     rows: list[dict[str, Any]] = []
-    for folder, record in catalog.runs(wh):
-        path = folder / "metrics.jsonl"
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # a line being appended right now
+    storage = Storage(wh)
+    for folder, record in storage.runs():
+        for event in storage.run_metrics(folder):
             rows.append(
                 {
-                    "run_id": record.get("run_id", folder.name),
+                    "run_id": record.run_id,
                     "step": event.get("step"),
                     "epoch": event.get("epoch"),
                     "split": event.get("split", "train"),
@@ -179,9 +175,9 @@ def connect(wh: Warehouse, check: bool = True) -> duckdb.DuckDBPyConnection:
     for name, schema in schemas.SILVER.items():
         _view_over_files(con, name, silver.get(name, []), schema)
     _dataset_rows_view(con, wh, check)
-    _catalog_view(con, "collections", [m for _, m in catalog.collections(wh)], COLLECTION_KEYS)
-    _catalog_view(con, "datasets", [m for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)
-    _catalog_view(con, "runs", [r for _, r in catalog.runs(wh)], RUN_KEYS)
+    _catalog_view(con, "collections", [m.to_json() for _, m in catalog.collections(wh)], COLLECTION_KEYS)
+    _catalog_view(con, "datasets", [m.to_json() for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)
+    _catalog_view(con, "runs", [r.to_json() for _, r in catalog.runs(wh)], RUN_KEYS)
     _run_metrics_view(con, wh)
     return con
 
@@ -207,12 +203,15 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def run_sql(wh: Warehouse, sql: str) -> pa.Table:
-    """Run a read-only statement over the warehouse views and return the result."""
+def run_sql(wh: Warehouse, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
+    """Run a read-only statement over the warehouse views and return the result.
+
+    ``params`` fill ``?`` / ``$name`` placeholders (DuckDB binds them: values never become SQL).
+    """
     ensure_read_only(sql)
     con = connect(wh)
     try:
-        return con.sql(sql).to_arrow_table()
+        return con.sql(sql, params=params).to_arrow_table()
     except duckdb.Error as exc:
         message = _first_line(exc)
         if "parquet" in message.lower() or "magic bytes" in message.lower():

@@ -115,7 +115,7 @@ def test_every_span_round_trips_exactly_with_no_redact(filled, wh):
 def test_secrets_are_redacted_and_token_ids_kept(filled, wh):
     result = collect(filled.url, wh, CollectConfig())
     assert result.redaction["enabled"] and result.redaction["values_redacted"] >= 2 * 8
-    manifest = catalog.collections(wh)[0][1]
+    manifest = catalog.collections(wh)[0][1].to_json()
     assert manifest["redaction"] == result.redaction
     for path in wh.root.rglob("*"):
         if path.is_file():
@@ -202,7 +202,8 @@ def test_attempts_all_collects_every_attempt(filled, wh):
 
 def test_manifest_records_the_run(filled, wh):
     result = collect(filled.url, wh, CollectConfig(tag="nightly", mode="train"))
-    folder, manifest = catalog.collections(wh)[0]
+    folder, record = catalog.collections(wh)[0]
+    manifest = record.to_json()
     assert folder == result.folder and manifest["collection_id"] == result.collection_id
     assert manifest["store_url"] == filled.url and manifest["tag"] == "nightly"
     assert manifest["filters"]["mode"] == "train" and manifest["filters"]["statuses"] == ["succeeded"]
@@ -273,7 +274,7 @@ def test_cli_filters_reach_the_library(filled, wh):
     )
     assert out.exit_code == 0, out.output
     assert SUMMARY.match(out.stdout.splitlines()[0]).groups()[:2] == ("2", "14")
-    manifest = catalog.collections(wh)[0][1]
+    manifest = catalog.collections(wh)[0][1].to_json()
     assert manifest["redaction"] == {"enabled": False, "values_redacted": 0}
     assert manifest["concurrency"] == 3 and manifest["filters"]["since"] == 946684800.0
 
@@ -322,7 +323,7 @@ def test_truncated_parquet_is_named_by_sql_and_by_collect(filled, wh):
 
 def test_damaged_attempts_file_is_named(filled, wh):
     collect(filled.url, wh, CollectConfig(mode="val"))
-    folder, manifest = catalog.collections(wh)[0]
+    folder = catalog.collections(wh)[0][0]
     path = folder / "attempts-0000.parquet"
     size = path.stat().st_size
     path.write_bytes(b"\0" * size)  # same size, so only reading it finds the damage
@@ -333,7 +334,7 @@ def test_damaged_attempts_file_is_named(filled, wh):
 
 def test_rows_per_file_splits_spans(filled, wh):
     result = collect(filled.url, wh, CollectConfig(rows_per_file=10))
-    files = [e for e in catalog.collections(wh)[0][1]["files"] if e["table"] == "spans"]
+    files = [e for e in catalog.collections(wh)[0][1].to_json()["files"] if e["table"] == "spans"]
     # a file closes once it holds 10 rows or more; one attempt's spans (at most 7) never split
     assert all(10 <= e["rows"] < 10 + 7 for e in files[:-1]) and len(files) >= DEFAULT_SPANS // 16
     assert sum(e["rows"] for e in files) == result.counts["spans"] == DEFAULT_SPANS

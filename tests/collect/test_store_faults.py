@@ -112,7 +112,7 @@ def test_evicted_rollouts_are_recorded_not_fatal_over_http(evicting_store_url, w
     assert 0 < len(evicted) < 12
     assert result.counts["evicted"] == len(evicted)
     assert result.counts["rollouts"] == 12 - len(evicted)
-    manifest = catalog.collections(wh)[0][1]
+    manifest = catalog.collections(wh)[0][1].to_json()
     assert {e["rollout_id"] for e in manifest["evicted"]} == evicted
     assert all("evicted" in e["reason"] and e["attempt_id"] for e in manifest["evicted"])
     assert {r for r, _ in ids} - evicted == set(
@@ -132,7 +132,7 @@ def test_in_process_store_object_with_eviction(wh):
     assert result.store == "in-process"
     assert 0 < result.counts["evicted"] < 12
     assert result.counts["rollouts"] + result.counts["evicted"] == 12
-    manifest = catalog.collections(wh)[0][1]
+    manifest = catalog.collections(wh)[0][1].to_json()
     assert manifest["store_url"] == "in-process"
     kept = {r for r, _ in ids} - {e["rollout_id"] for e in manifest["evicted"]}
     assert set(run_sql(wh, "SELECT DISTINCT rollout_id FROM spans").column("rollout_id").to_pylist()) == kept

@@ -74,11 +74,9 @@ def test_merged_output_loads_with_transformers_and_answers(merged_run, tokenizer
 
 def test_run_record_holds_dataset_hash_losses_and_versions(qa_wh, merged_run):
     record, out, _ = merged_run
-    (
-        _,
-        manifest,
-    ) = catalog.resolve_dataset(qa_wh, "qa@v1")[1:]
-    folder, stored = catalog.resolve_run(qa_wh, record.run_id)
+    manifest = catalog.resolve_dataset(qa_wh, "qa@v1")[2].to_json()
+    folder, stored_record = catalog.resolve_run(qa_wh, record.run_id)
+    stored = stored_record.to_json()
     assert stored["status"] == "succeeded"
     assert stored["dataset"] == "qa@v1"
     assert stored["content_hash"] == manifest["content_hash"]

@@ -130,7 +130,8 @@ def test_good_spans_next_to_bad_ones_match_the_oracle(wh):
 def test_unreadable_attributes_do_not_abort(wh):
     """A span whose attributes are not JSON (a damaged collection) is skipped, not fatal."""
     from tracebank.warehouse import bronze
-    from tracebank.warehouse.commit import commit_manifest, write_parquet_atomic
+    from tracebank.warehouse.records import CollectionManifest
+    from tracebank.warehouse.storage import Storage
 
     from tests.fixtures.bronze import attempts_for, rollouts_for
 
@@ -143,22 +144,16 @@ def test_unreadable_attributes_do_not_abort(wh):
 
     index = table.schema.get_field_index("attributes")
     table = table.set_column(index, "attributes", pa.array(attrs, pa.string()))
-    folder = wh.collection_dir("dmg")
+    folder, storage = wh.collection_dir("dmg"), Storage(wh)
     files = [
-        {**write_parquet_atomic(folder / "spans-0000.parquet", table), "table": "spans"},
-        {
-            **write_parquet_atomic(
-                folder / "attempts-0000.parquet", bronze.attempts_table(attempts_for(dicts), "dmg")
-            ),
-            "table": "attempts",
-        },
-        {
-            **write_parquet_atomic(
-                folder / "rollouts-0000.parquet", bronze.rollouts_table(rollouts_for(dicts), "dmg")
-            ),
-            "table": "rollouts",
-        },
+        storage.write_table(folder, "spans-0000.parquet", table, "spans"),
+        storage.write_table(
+            folder, "attempts-0000.parquet", bronze.attempts_table(attempts_for(dicts), "dmg"), "attempts"
+        ),
+        storage.write_table(
+            folder, "rollouts-0000.parquet", bronze.rollouts_table(rollouts_for(dicts), "dmg"), "rollouts"
+        ),
     ]
-    commit_manifest(folder, {"collection_id": "dmg", "files": files})
+    storage.commit_collection(folder, CollectionManifest(collection_id="dmg", files=files))
     result = transform(wh, TransformConfig(name="dmg"))
     assert result.manifest["rows"] >= 4

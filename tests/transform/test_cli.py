@@ -34,7 +34,7 @@ def _run(wh, *args):
 def test_transform_prints_one_summary_line(filled):
     out = _run(filled, "transform", "--name", "sft")
     assert out.exit_code == 0, out.output
-    _, manifest = catalog.dataset_versions(filled, "sft")[0]
+    manifest = catalog.dataset_versions(filled, "sft")[0][1].to_json()
     # 3 rewarded rollouts x 2 calls; r3's two calls have no reward
     assert out.output == (
         f"wrote sft@v1: 6 rows (of 8 calls; 2 unrewarded, 1 rejected), 108 tokens, "
@@ -69,7 +69,7 @@ def test_options_reach_the_manifest(filled):
         "c1",
     )
     assert out.exit_code == 0, out.output
-    _, m = catalog.dataset_versions(filled, "sft")[0]
+    m = catalog.dataset_versions(filled, "sft")[0][1].to_json()
     assert m["params"] == {
         "name": "sft",
         "collections": ["c1"],
@@ -89,7 +89,7 @@ def test_options_reach_the_manifest(filled):
 def test_datasets_list_and_show(filled):
     _run(filled, "transform", "--name", "sft")
     _run(filled, "transform", "--name", "sft", "--top-fraction", "0.5")
-    versions = catalog.dataset_versions(filled, "sft")
+    versions = [(folder, m.to_json()) for folder, m in catalog.dataset_versions(filled, "sft")]
     out = _run(filled, "datasets", "list")
     assert out.exit_code == 0, out.output
     created = [m["created_at"][:16].replace("T", " ") for _, m in versions]

@@ -48,7 +48,7 @@ def test_files_schema_and_manifest_keys(version):
         ("train.parquet", "dataset_rows", "train"),
         ("validation.parquet", "dataset_rows", "validation"),
     ]
-    verify_hashes(version.folder, m)
+    verify_hashes(version.folder, version.record)
     total = 0
     for f in m["files"]:
         table = pq.read_table(version.folder / f["path"])
@@ -133,11 +133,11 @@ def test_silver_is_cached_and_rebuilt_on_request(wh, version):
     first = build_silver(wh)[0]
     assert build_silver(wh)[0] == first
     rebuilt = build_silver(wh, force=True)[0]
-    assert rebuilt["files"] != first["files"]
-    assert [f["rows"] for f in rebuilt["files"]] == [f["rows"] for f in first["files"]]
+    assert rebuilt.files != first.files
+    assert [f.rows for f in rebuilt.files] == [f.rows for f in first.files]
     folder = wh.silver_collection_dir("c1")
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [f["path"] for f in rebuilt["files"]] + ["manifest.json"]
+        [f.path for f in rebuilt.files] + ["manifest.json"]
     )
 
 
@@ -158,11 +158,11 @@ def test_a_failed_write_leaves_no_version(wh, monkeypatch):
     real = builder.write_split
     calls = []
 
-    def failing(final, frame, source):
-        calls.append(final)
-        if final.name == "validation.parquet":
+    def failing(storage, folder, split, frame, source):
+        calls.append(split)
+        if split == "validation":
             raise OSError("disk full")
-        return real(final, frame, source)
+        return real(storage, folder, split, frame, source)
 
     monkeypatch.setattr(builder, "write_split", failing)
     before = catalog.dataset_versions(wh, "ds")

@@ -8,22 +8,18 @@ import textwrap
 import pyarrow as pa
 import pytest
 from tracebank.warehouse import catalog
-from tracebank.warehouse.commit import (
-    TMP_MARK,
-    commit_manifest,
-    read_manifest,
-    verify_hashes,
-    write_parquet_atomic,
-)
+from tracebank.warehouse.commit import TMP_MARK, verify_hashes
 from tracebank.warehouse.errors import CorruptFileError, WarehouseError
 from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.records import CollectionManifest, FileEntry
+from tracebank.warehouse.storage import Storage, read_manifest
 
 
 def _commit_collection(wh: Warehouse, cid: str, n: int) -> None:
-    folder = wh.collection_dir(cid)
+    folder, storage = wh.collection_dir(cid), Storage(wh)
     table = pa.table({"collection_id": [cid] * n, "rollout_id": [f"ro-{i}" for i in range(n)]})
-    entry = write_parquet_atomic(folder / "rollouts-0000.parquet", table)
-    commit_manifest(folder, {"collection_id": cid, "files": [{**entry, "table": "rollouts"}]})
+    entry = storage.write_table(folder, "rollouts-0000.parquet", table, "rollouts")
+    storage.commit_collection(folder, CollectionManifest(collection_id=cid, files=[entry]))
 
 
 def test_init_writes_format_and_is_idempotent(tmp_path):
@@ -49,17 +45,18 @@ def test_python_package_is_not_a_warehouse(tmp_path):
 
 def test_manifest_lists_size_and_hash(wh):
     _commit_collection(wh, "c1", 3)
-    manifest = read_manifest(wh.collection_dir("c1"))
-    (entry,) = manifest["files"]
-    assert entry["rows"] == 3 and len(entry["sha256"]) == 64
-    assert entry["bytes"] == (wh.collection_dir("c1") / entry["path"]).stat().st_size
+    manifest = read_manifest(wh.collection_dir("c1"), CollectionManifest)
+    assert manifest is not None
+    (entry,) = manifest.files
+    assert entry.rows == 3 and len(entry.sha256) == 64 and entry.table == "rollouts"
+    assert entry.bytes == (wh.collection_dir("c1") / entry.path).stat().st_size
     verify_hashes(wh.collection_dir("c1"), manifest)
 
 
 def test_uncommitted_folder_is_invisible(wh):
     _commit_collection(wh, "c1", 2)
     folder = wh.collection_dir("c2")
-    write_parquet_atomic(folder / "rollouts-0000.parquet", pa.table({"rollout_id": ["x"]}))
+    Storage(wh).write_table(folder, "rollouts-0000.parquet", pa.table({"rollout_id": ["x"]}), "rollouts")
     assert [f.name for f, _ in catalog.collections(wh)] == ["c1"]
 
 
@@ -71,12 +68,17 @@ def test_tampered_file_fails_hash_check(wh):
     data[10] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptFileError, match="rollouts-0000.parquet does not match its sha256"):
-        verify_hashes(folder, read_manifest(folder))
+        verify_hashes(folder, catalog.collections(wh)[0][1])
 
 
 def test_commit_refuses_manifest_naming_missing_file(wh):
     with pytest.raises(WarehouseError, match="gone.parquet is missing"):
-        commit_manifest(wh.collection_dir("c9"), {"files": [{"path": "gone.parquet"}]})
+        Storage(wh).commit_collection(
+            wh.collection_dir("c9"),
+            CollectionManifest(
+                collection_id="c9", files=[FileEntry(path="gone.parquet", bytes=1, sha256="0")]
+            ),
+        )
 
 
 def test_writer_killed_mid_write_leaves_only_temp_files(wh, tmp_path):

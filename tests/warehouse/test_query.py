@@ -1,16 +1,18 @@
 import pyarrow as pa
 import pytest
-from tracebank.warehouse.commit import commit_manifest, write_parquet_atomic
 from tracebank.warehouse.errors import CorruptFileError, QueryError
 from tracebank.warehouse.query import TABLES, connect, run_sql
+from tracebank.warehouse.records import CollectionManifest
 from tracebank.warehouse.schemas import SPANS, conform
+from tracebank.warehouse.storage import Storage
 
 
 def _commit_spans(wh, cid, names):
     folder = wh.collection_dir(cid)
     table = conform(pa.table({"collection_id": [cid] * len(names), "name": names}), SPANS)
-    entry = write_parquet_atomic(folder / "spans-0000.parquet", table)
-    commit_manifest(folder, {"collection_id": cid, "files": [{**entry, "table": "spans"}]})
+    storage = Storage(wh)
+    entry = storage.write_table(folder, "spans-0000.parquet", table, "spans")
+    storage.commit_collection(folder, CollectionManifest(collection_id=cid, files=[entry]))
     return folder / "spans-0000.parquet"
 
 

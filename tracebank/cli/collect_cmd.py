@@ -137,7 +137,7 @@ def collect(
         from tracebank.transform import build_silver
 
         (silver,) = build_silver(wh, (result.collection_id,))
-        counts = silver["counts"]
+        counts = silver.counts
         click.echo(
             f"silver: {counts['llm_calls']} llm calls ({counts['usable_calls']} with token ids), "
             f"{counts['rewards']} rewards, {counts['messages']} messages"

@@ -143,21 +143,12 @@ def list_cmd(wh: Any, fmt: str) -> None:
     import pyarrow as pa
 
     from tracebank.cli.output import render
-    from tracebank.warehouse import catalog
+    from tracebank.warehouse.listings import datasets_table
 
-    wh.check_format()
-    rows = []
-    for folder, m in catalog.dataset_versions(wh):
-        rows.append(
-            {
-                "name": m.get("name", folder.parent.name),
-                "version": f"v{m.get('version', catalog.version_number(folder))}",
-                "rows": m.get("rows"),
-                "tokens": (m.get("stats") or {}).get("tokens"),
-                "created": _created(m.get("created_at")),
-                "hash": str(m.get("content_hash", ""))[:8],
-            }
-        )
+    rows = [
+        {**row, "created": _created(row["created_at"]), "hash": str(row["content_hash"] or "")[:8]}
+        for row in datasets_table(wh).to_pylist()
+    ]
     schema = pa.schema(
         [
             ("name", pa.string()),
@@ -168,7 +159,7 @@ def list_cmd(wh: Any, fmt: str) -> None:
             ("hash", pa.string()),
         ]
     )
-    click.echo(render(pa.Table.from_pylist(rows, schema=schema), fmt))
+    click.echo(render(pa.Table.from_pylist(rows, schema=schema), fmt))  # extra keys are dropped
 
 
 def _fmt(value: Any) -> str:
@@ -237,7 +228,8 @@ def show_cmd(wh: Any, ref: str, as_json: bool) -> None:
     from tracebank.warehouse.catalog import resolve_dataset
 
     wh.check_format()
-    resolved, folder, manifest = resolve_dataset(wh, ref)
+    resolved, folder, record = resolve_dataset(wh, ref)
+    manifest = record.to_json()
     if as_json:
         click.echo(json.dumps(manifest, indent=2, sort_keys=True))
     else:

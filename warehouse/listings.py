@@ -1,0 +1,22 @@
+"""Listings of the catalog as SQL over the warehouse views (what `datasets list` prints)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import run_sql
+
+#: Every committed dataset version (of ``$name`` only, when given), by name then version.
+DATASETS_SQL = """
+SELECT name, 'v' || CAST(version AS VARCHAR) AS version, CAST(rows AS BIGINT) AS rows,
+       CAST(json_extract(record, '$.stats.tokens') AS BIGINT) AS tokens,
+       created_at, content_hash
+FROM datasets
+WHERE $name IS NULL OR name = $name
+ORDER BY name, CAST(version AS BIGINT)
+"""
+
+
+def datasets_table(wh: Warehouse, name: str | None = None) -> pa.Table:
+    """name, version (``vN``), rows, tokens, created_at (ISO), content_hash (whole) of each version."""
+    return run_sql(wh, DATASETS_SQL, {"name": name})

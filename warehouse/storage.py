@@ -1,0 +1,293 @@
+"""The one owner of committed data: every read of a committed file and every commit goes here.
+
+Stages never open a committed Parquet file or write a manifest themselves (the architecture
+test enforces it); they call a :class:`Storage`. Each state change of a folder is one
+method: write a data file under its final, unique name, commit a collection, reserve and
+commit (or abandon) a dataset version, replace a silver cache, write or update a run
+record. Manifests are typed (:mod:`tracebank.warehouse.records`) and written last.
+
+Paths are built from the folder a manifest lives in plus the names it lists, and data
+files are only ever created under names no other writer can pick (a reserved version
+folder, or a random build suffix), so the same transitions map onto object storage
+(upload under a unique key, then put the manifest; conditional create where two writers
+could claim a name) without changing a caller.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tracebank.warehouse import commit
+from tracebank.warehouse.commit import check_sizes, verify_hashes
+from tracebank.warehouse.errors import CorruptFileError, WarehouseError
+from tracebank.warehouse.layout import MANIFEST, Warehouse
+from tracebank.warehouse.records import (
+    CollectionManifest,
+    DatasetManifest,
+    FileEntry,
+    Manifest,
+    RunRecord,
+    SilverManifest,
+)
+
+M = TypeVar("M", bound=Manifest)
+
+__all__ = [
+    "Storage",
+    "check_sizes",
+    "files_of",
+    "iter_batches",
+    "read_manifest",
+    "read_table",
+    "verify_hashes",
+]
+
+RUN_RECORD = "run.json"
+RUN_METRICS = "metrics.jsonl"
+
+
+def read_manifest(folder: Path, kind: type[M]) -> M | None:
+    """The committed, validated manifest of ``folder``; None when it was never committed."""
+    path = folder / MANIFEST
+    data = _read_json(path)
+    return None if data is None else kind.from_json(data, str(path))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CorruptFileError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def _subdirs(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_dir()) if path.exists() else []
+
+
+def version_number(folder: Path) -> int:
+    """``v0003`` -> 3."""
+    return int(folder.name.lstrip("v"))
+
+
+def files_of(folder: Path, manifest: Manifest, table: str | None = None) -> list[Path]:
+    """Paths of the files ``manifest`` lists (of ``table`` only, when given), in commit order."""
+    return [folder / e.path for e in manifest.files_of(table)]
+
+
+def read_table(
+    paths: list[Path], columns: list[str] | None = None, schema: pa.Schema | None = None
+) -> pa.Table:
+    """Committed Parquet files as one table (cast to ``schema`` when given); a damaged file is named."""
+    if not paths:
+        if schema is None:
+            raise WarehouseError("no files to read")
+        return schema.empty_table()
+    tables = []
+    for path in paths:
+        try:
+            table = pq.ParquetFile(path).read(columns=columns)
+        except (OSError, pa.ArrowException) as exc:
+            raise CorruptFileError(
+                f"unreadable Parquet file {path}: {exc}",
+                "restore it, or move its folder out of the warehouse",
+            ) from exc
+        tables.append(table.cast(schema) if schema is not None else table)
+    return pa.concat_tables(tables)
+
+
+def iter_batches(paths: list[Path], columns: list[str], batch_size: int = 512) -> Iterator[pa.RecordBatch]:
+    """The rows of committed Parquet files, batch by batch (memory: a few batches)."""
+    for path in paths:
+        yield from pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns)
+
+
+def parquet_scan_sql(path: Path, row_number: bool = False) -> str:
+    """A DuckDB ``read_parquet(...)`` expression over one committed file."""
+    quoted = str(path).replace("'", "''")
+    return f"read_parquet('{quoted}'{', file_row_number = true' if row_number else ''})"
+
+
+def encode_parquet(table: pa.Table, **options: Any) -> pa.Buffer:
+    """``table`` as Parquet bytes in memory, to hash and commit with :meth:`Storage.write_buffer`."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **options)
+    return sink.getvalue()
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Every read and transition of committed data in one warehouse."""
+
+    wh: Warehouse
+
+    # -- reading ---------------------------------------------------------------------------
+    def collections(self) -> list[tuple[Path, CollectionManifest]]:
+        """Committed collections, oldest first (ids sort by time)."""
+        return self._committed(_subdirs(self.wh.collections_dir), CollectionManifest)
+
+    def collection(self, collection_id: str) -> CollectionManifest | None:
+        return read_manifest(self.wh.collection_dir(collection_id), CollectionManifest)
+
+    def silver_caches(self) -> list[tuple[Path, SilverManifest]]:
+        """Committed silver caches, one per collection they were derived from."""
+        return self._committed(_subdirs(self.wh.silver_dir), SilverManifest)
+
+    def silver(self, collection_id: str) -> SilverManifest | None:
+        return read_manifest(self.wh.silver_collection_dir(collection_id), SilverManifest)
+
+    def dataset_names(self) -> list[str]:
+        return [p.name for p in _subdirs(self.wh.datasets_dir)]
+
+    def dataset_versions(self, name: str | None = None) -> list[tuple[Path, DatasetManifest]]:
+        """Committed dataset versions (of ``name``, or of every dataset), by name then version."""
+        out: list[tuple[Path, DatasetManifest]] = []
+        for n in [name] if name else self.dataset_names():
+            folders = [p for p in _subdirs(self.wh.dataset_dir(n)) if p.name.startswith("v")]
+            out.extend(self._committed(folders, DatasetManifest))
+        return out
+
+    def runs(self) -> list[tuple[Path, RunRecord]]:
+        """Every run record, oldest first; a run is visible from its start."""
+        out = []
+        for folder in _subdirs(self.wh.runs_dir):
+            path = folder / RUN_RECORD
+            data = _read_json(path)
+            if data is not None:
+                out.append((folder, RunRecord.from_json(data, str(path))))
+        return out
+
+    def run_metrics(self, folder: Path) -> list[dict[str, Any]]:
+        """A run's metric events; a line being appended right now is skipped."""
+        path = folder / RUN_METRICS
+        if not path.exists():
+            return []
+        events = []
+        for line in path.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return events
+
+    @staticmethod
+    def _committed(folders: list[Path], kind: type[M]) -> list[tuple[Path, M]]:
+        out = []
+        for folder in folders:
+            manifest = read_manifest(folder, kind)
+            if manifest is not None:
+                out.append((folder, manifest))
+        return out
+
+    # -- writing data files ----------------------------------------------------------------
+    def write_table(
+        self, folder: Path, name: str, table: pa.Table, table_name: str, **options: Any
+    ) -> FileEntry:
+        """Write ``table`` as ``folder/name`` (not yet visible: no manifest lists it)."""
+        entry = commit.write_parquet_atomic(folder / name, table, **options)
+        return FileEntry(table=table_name, **entry)
+
+    def write_buffer(self, folder: Path, name: str, data: Any, rows: int, table_name: str) -> FileEntry:
+        """Write Parquet bytes already in memory as ``folder/name``, hashed from memory."""
+        entry = commit.write_buffer_atomic(folder / name, data, rows=rows)
+        return FileEntry(table=table_name, **entry)
+
+    # -- transitions -----------------------------------------------------------------------
+    def commit_collection(self, folder: Path, manifest: CollectionManifest) -> Path:
+        """Make a collection visible: its manifest, written last."""
+        return self._commit(folder, manifest)
+
+    def reserve_version(self, name: str) -> tuple[int, Path]:
+        """Claim the next free version folder of ``name`` (a concurrent writer gets another)."""
+        self.wh.dataset_dir(name).mkdir(parents=True, exist_ok=True)
+        while True:
+            version = self.next_version(name)
+            folder = self.wh.version_dir(name, version)
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            return version, folder
+
+    def next_version(self, name: str) -> int:
+        """The next free version number of ``name`` (uncommitted folders count as taken)."""
+        taken = [version_number(p) for p in _subdirs(self.wh.dataset_dir(name)) if p.name[1:].isdigit()]
+        return max(taken, default=0) + 1
+
+    def commit_version(self, folder: Path, manifest: DatasetManifest) -> Path:
+        """Make a reserved dataset version visible (immutable from now on)."""
+        if version_number(folder) != manifest.version or folder.parent.name != manifest.name:
+            raise WarehouseError(
+                f"manifest of {manifest.name}@v{manifest.version} does not belong in {folder}"
+            )
+        return self._commit(folder, manifest)
+
+    def abandon_version(self, folder: Path) -> None:
+        """Drop a reserved version that failed before its commit."""
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def replace_silver(
+        self, collection_id: str, tables: dict[str, pa.Table], make: Any, options: Any = None
+    ) -> SilverManifest:
+        """Commit ``tables`` as the silver cache of ``collection_id``, replacing the previous one.
+
+        ``make(files)`` builds the manifest from the written file entries; ``options(table)``
+        gives each file's Parquet options. Files get a fresh build suffix, so the previous
+        cache stays readable until the new manifest replaces it; its files are removed after.
+        """
+        folder = self.wh.silver_collection_dir(collection_id)
+        build = uuid.uuid4().hex[:8]
+        files = [
+            self.write_table(
+                folder, f"{name}-{build}.parquet", table, name, **(options(table) if options else {})
+            )
+            for name, table in tables.items()
+        ]
+        manifest: SilverManifest = make(files)
+        previous = self.silver(collection_id)
+        self._commit(folder, manifest)
+        if previous is not None:
+            keep = {e.path for e in manifest.files}
+            for entry in previous.files:
+                if entry.path not in keep:
+                    (folder / entry.path).unlink(missing_ok=True)
+        return manifest
+
+    def start_run(self, record: RunRecord) -> Path:
+        """Create a run's folder (its id must be new), its record and an empty metrics file."""
+        folder = self.wh.run_dir(record.run_id)
+        folder.mkdir(parents=True, exist_ok=False)
+        (folder / RUN_METRICS).touch()
+        self.write_run(record)
+        return folder
+
+    def write_run(self, record: RunRecord) -> None:
+        """Replace a run's record atomically: readers see the previous or the next state."""
+        commit.write_json_atomic(self.wh.run_dir(record.run_id) / RUN_RECORD, record.to_json())
+
+    def append_metric(self, run_id: str, event: dict[str, Any]) -> None:
+        """Append one metric event (a line) to a run's metrics.jsonl."""
+        with open(self.wh.run_dir(run_id) / RUN_METRICS, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(event, sort_keys=True) + "\n")
+            fh.flush()
+
+    def _commit(self, folder: Path, manifest: Manifest) -> Path:
+        for entry in manifest.files:
+            if not (folder / entry.path).exists():
+                raise WarehouseError(f"refusing to commit {folder}: {entry.path} is missing")
+        path = folder / MANIFEST
+        commit.write_json_atomic(path, {**manifest.to_json(), "format_version": manifest.FORMAT_VERSION})
+        return path
