@@ -157,6 +157,7 @@ def throughput(work: Path, rows: int, length: int, hidden: int, layers: int, ste
     import numpy as np
     from tracebank.train import TrainConfig, train
     from tracebank.train.tiny_model import build_tiny_model
+    from tracebank.warehouse.contract import IGNORE_INDEX
     from tracebank.warehouse.layout import Warehouse
 
     from tests.fixtures.datasets import write_dataset
@@ -173,7 +174,7 @@ def throughput(work: Path, rows: int, length: int, hidden: int, layers: int, ste
             {
                 "input_ids": ids,
                 "attention_mask": [1] * length,
-                "labels": [-100] * cut + ids[cut:],
+                "labels": [IGNORE_INDEX] * cut + ids[cut:],
                 "reward": 1.0,
                 "rollout_id": f"r{i}",
                 "attempt_id": f"a{i}",

@@ -108,3 +108,73 @@ def test_forbidden_import_is_detected(tmp_path):
     found = _imports(bad)
     assert ("tracebank.transform", True) in found and ("torch", True) in found
     assert _package_of("tracebank.transform") == "transform" and ("train", True) in found
+
+
+# -- committed data is read and written only through tracebank.warehouse ---------------------------
+#: Modules that open Parquet files or write files atomically (the commit protocol's primitives).
+DATA_IO_MODULES = ("pyarrow.parquet", "pyarrow.dataset", "tracebank.warehouse.commit")
+#: Calls that open Parquet files by name in other libraries.
+PARQUET_READERS = ("read_parquet", "scan_parquet", "from_parquet", "write_parquet", "sink_parquet")
+#: File names of commits; only warehouse code builds paths to them.
+COMMIT_FILES = ("manifest.json", "run.json", "metrics.jsonl", "FORMAT.json")
+#: Every package but warehouse (tests and benchmarks may damage or inspect files on purpose).
+DATA_IO_PACKAGES = tuple(p for p in PACKAGES if p != "warehouse")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _data_io(path: Path, root: Path = ROOT) -> list[str]:
+    """Where ``path`` touches committed data itself instead of through tracebank.warehouse."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
+    found = [f"imports {mod}" for mod, _ in _imports(path) if mod.startswith(DATA_IO_MODULES)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "pyarrow":
+            found += [f"imports pyarrow.{a.name}" for a in node.names if a.name in ("parquet", "dataset")]
+        elif isinstance(node, ast.Attribute) and node.attr in PARQUET_READERS:
+            found.append(f"calls .{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            text = node.value
+            if any(f"{reader}(" in text for reader in PARQUET_READERS) or text in COMMIT_FILES:
+                found.append(f"names {text[:40]!r}")
+    return [f"{path.relative_to(root)}:{how}" for how in found]
+
+
+@pytest.mark.parametrize("package", DATA_IO_PACKAGES)
+def test_only_warehouse_opens_committed_files_or_writes_manifests(package):
+    """Parquet reads, SQL over files, atomic writes and manifest names live in warehouse.storage."""
+    assert [hit for path in _py_files(package) for hit in _data_io(path)] == []
+
+
+def test_data_io_outside_the_warehouse_is_detected(tmp_path):
+    """The check itself can fail: every way around warehouse.storage it knows of is caught."""
+    bad = tmp_path / "x.py"
+    bad.write_text(
+        '"""read_parquet( in a docstring is fine."""\n'
+        "import pyarrow.parquet as pq\n"
+        "from pyarrow import parquet\n"
+        "from tracebank.warehouse.commit import write_json_atomic\n"
+        "import polars as pl\n"
+        "def f(con, folder):\n"
+        '    con.sql("SELECT * FROM read_parquet(\'x\')")\n'
+        "    pl.scan_parquet(folder)\n"
+        '    write_json_atomic(folder / "manifest.json", {})\n'
+    )
+    hits = [hit.split(":", 1)[1] for hit in _data_io(bad, root=tmp_path)]
+    assert hits == [
+        "imports pyarrow.parquet",
+        "imports tracebank.warehouse.commit",
+        "imports pyarrow.parquet",
+        "names \"SELECT * FROM read_parquet('x')\"",
+        "calls .scan_parquet",
+        "names 'manifest.json'",
+    ]
+    assert _data_io(ROOT / "warehouse" / "storage.py") != []  # the owner itself would be caught

@@ -25,13 +25,15 @@ from tracebank.serve.proxy import (
     start_llm_proxy,
 )
 
+from tracebank.warehouse.contract import LLM_SPAN_NAMES
+
 from tests.serve.conftest import MODEL_NAME
 
 MESSAGES = [
     {"role": "system", "content": "Answer with a number."},
     {"role": "user", "content": "What is 6*7?"},
 ]
-CALL_SPANS = {"raw_gen_ai_request", "litellm_request"}
+CALL_SPANS = set(LLM_SPAN_NAMES)
 
 
 async def _start_attempt(store_url: str) -> Any:

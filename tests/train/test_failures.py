@@ -32,7 +32,7 @@ def _config(tmp_path, model, **overrides):
 def _only_run(wh):
     runs = catalog.runs(wh)
     assert len(runs) == 1
-    return runs[0][1]
+    return runs[0][1].to_json()
 
 
 def _assert_failed(wh, tmp_path, exc, fragment):

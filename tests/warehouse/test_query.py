@@ -29,6 +29,22 @@ def test_views_union_committed_collections(wh):
     assert out.to_pylist() == [{"collection_id": "c1", "n": 2}, {"collection_id": "c2", "n": 1}]
 
 
+def test_parameters_are_bound_not_spliced(wh):
+    _commit_spans(wh, "c1", ["a", "b"])
+    _commit_spans(wh, "c2", ["c"])
+    sql = "SELECT name FROM spans WHERE collection_id = $cid ORDER BY name"
+    assert run_sql(wh, sql, {"cid": "c1"}).column("name").to_pylist() == ["a", "b"]
+    assert run_sql(wh, sql, {"cid": "c1' OR '1'='1"}).num_rows == 0
+    positional = run_sql(wh, "SELECT count(*) AS n FROM spans WHERE name IN (?, ?)", ["a", "c"])
+    assert positional.to_pylist() == [{"n": 2}]
+
+
+def test_a_missing_parameter_is_one_line(wh):
+    with pytest.raises(QueryError) as err:
+        run_sql(wh, "SELECT * FROM spans WHERE name = $name", {})
+    assert "\n" not in err.value.one_line()
+
+
 @pytest.mark.parametrize(
     "statement",
     [
