@@ -164,7 +164,7 @@ def test_data_io_outside_the_warehouse_is_detected(tmp_path):
         "from tracebank.warehouse.commit import write_json_atomic\n"
         "import polars as pl\n"
         "def f(con, folder):\n"
-        '    con.sql("SELECT * FROM read_parquet(\'x\')")\n'
+        "    con.sql(\"SELECT * FROM read_parquet('x')\")\n"
         "    pl.scan_parquet(folder)\n"
         '    write_json_atomic(folder / "manifest.json", {})\n'
     )

@@ -24,7 +24,6 @@ from tracebank.serve.proxy import (
     otlp_exporter_binds_endpoint_at_init,
     start_llm_proxy,
 )
-
 from tracebank.warehouse.contract import LLM_SPAN_NAMES
 
 from tests.serve.conftest import MODEL_NAME
