@@ -8,6 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from tracebank.loop.errors import LoopUsageError
+from tracebank.train.config import TrainConfig
+from tracebank.transform.config import TransformConfig
+
+#: The stages' own defaults, so a round's settings and theirs are written once.
+_TRANSFORM = TransformConfig(name="rounds")
+_TRAIN = TrainConfig(dataset="", base_model="", output="")
 
 SERVERS = ("vllm", "cpu")
 #: What a round chains after its rollouts, in order; each includes the ones before it.
@@ -19,25 +25,25 @@ class ServerConfig:
     """How the model of a round is served: ``vllm serve`` (the recipe's flags) or tracebank's CPU server."""
 
     kind: str = "vllm"
-    """``vllm`` (a GPU) or ``cpu`` (``python -m serve.cpu_server``, small models only)."""
+    """vllm serve (a GPU), or tracebank's CPU server for small models."""
     host: str = "127.0.0.1"
     """Address the model server binds; only the proxy talks to it."""
     port: int | None = None
     """Model server port; a free one when None."""
     served_model_name: str | None = None
-    """Name the server answers to; the model folder path when None (what vLLM does)."""
+    """Name the model is served as (default: the folder path, as vLLM does)."""
     tool_call_parser: str | None = "hermes"
     """vLLM ``--tool-call-parser`` (with ``--enable-auto-tool-choice``); None leaves tool calls off."""
     gpu_memory_utilization: float | None = None
-    """vLLM ``--gpu-memory-utilization``: the share of GPU memory vLLM may take; vLLM's default when None."""
+    """vLLM GPU memory fraction (default: vLLM's)."""
     max_model_len: int | None = None
-    """Prompt plus completion token limit (``--max-model-len``); the model's own when None."""
+    """Prompt + completion token limit (default: the model's own)."""
     quantization: str | None = None
-    """vLLM ``--quantization`` (e.g. ``bitsandbytes`` to serve a 4-bit model); none when None."""
+    """vLLM quantization, e.g. bitsandbytes to serve a 4-bit model (default: none)."""
     extra_args: tuple[str, ...] = ()
     """Further arguments appended to the server command line as they are."""
     startup_timeout_s: float = 900.0
-    """Seconds the server may take to answer ``/health`` (vLLM compiles and captures graphs: minutes)."""
+    """Seconds the server may take to become healthy (vLLM compiles and captures graphs: minutes)."""
     default_max_tokens: int = 256
     """CPU server only: completion length when a request sets no ``max_tokens``."""
     threads: int | None = None
@@ -61,19 +67,20 @@ class StagesConfig:
     """What a round runs after its rollouts: collect, then transform, then train (``--then``)."""
 
     then: str = "none"
-    """The last stage to chain: ``none``, ``collect``, ``transform`` or ``train``."""
+    """Chain the stages after the rollouts, up to this one."""
     tag: str | None = None
-    """Tag of the round's collection (``--tag``); ``iter-N`` in the Algorithm."""
+    """Tag of the round's collection (iter-N in the Algorithm)."""
     dataset_name: str = "rounds"
-    """Dataset the round's transform writes a new version of."""
-    top_fraction: float = 0.5
-    """Share of the round's rows kept by reward (the recipe's ``train_triplet_fraction``)."""
-    seed: int = 0
+    """Dataset the round's transform writes its next version of."""
+    top_fraction: float = _TRANSFORM.top_fraction
+    """Share of the round's rows kept by reward: the transform's default (1.0, keep all; the recipe's
+    train_triplet_fraction is 0.5)."""
+    seed: int = _TRANSFORM.seed
     """Seed of the transform's selection and shuffle."""
-    backend: str = "auto"
-    """Training backend: ``auto`` (Unsloth on CUDA when installed, else TRL+PEFT), ``unsloth``, ``trl``."""
+    backend: str = _TRAIN.backend
+    """Training backend: auto (Unsloth on CUDA when installed, else TRL+PEFT), unsloth or trl."""
     max_steps: int | None = None
-    """Optimizer steps of the training run; one epoch when None."""
+    """Optimizer steps of the training run (default: one epoch)."""
     train_timeout_s: float | None = None
     """Seconds training may run before it is stopped and recorded failed; no limit when None."""
     train_options: dict[str, Any] = field(default_factory=dict)
@@ -110,7 +117,7 @@ class RoundConfig:
     mode: str = "train"
     """Rollout mode of the enqueued tasks: ``train``, ``val`` or ``test``."""
     timeout_s: float = 3600.0
-    """Seconds to wait for every rollout of the round to finish (``--timeout``)."""
+    """Seconds to wait for every rollout of the round to finish."""
     poll_interval_s: float = 1.0
     """Seconds between ``wait_for_rollouts`` polls."""
     settle_s: float = 1.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import TextIO
 
@@ -77,3 +77,22 @@ def output_to_log(log_path: Path) -> Iterator[TextIO]:
         for fd in (saved_out, saved_err, log_fd):
             os.close(fd)
         terminal.close()
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout meanwhile (this process's and its children's) to stderr.
+
+    Keeps stdout for a command's own result: LiteLLM prints its banner on stdout when the
+    proxy starts, and a forked proxy or a child server inherits fd 1.
+    """
+    sys.stdout.flush()
+    saved_out = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_out, 1)
+        os.close(saved_out)

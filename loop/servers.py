@@ -83,11 +83,11 @@ def check_model_dir(model: Path) -> Path:
     """``model`` resolved, or a usage error when it is not a model folder."""
     model = Path(model).expanduser().resolve()
     if not model.is_dir():
-        raise LoopUsageError(f"model folder {model} does not exist", "pass --model a local model folder")
+        raise LoopUsageError(f"model folder {model} does not exist", "pass --base-model a local model folder")
     if not (model / "config.json").exists():
         raise LoopUsageError(
             f"{model} has no config.json, so it is not a model folder",
-            "pass --model the folder a model was saved to (save_pretrained)",
+            "pass --base-model the folder a model was saved to (save_pretrained)",
         )
     return model
 

@@ -30,3 +30,9 @@ def fresh_store_url(tmp_path):
 def wh(tmp_path) -> Warehouse:
     """An empty, initialised warehouse folder."""
     return Warehouse(tmp_path / "warehouse").init()
+
+
+@pytest.fixture(params=["before", "after"])
+def warehouse_position(request) -> str:
+    """Where a CLI test puts the warehouse option: both places must work (issue 8)."""
+    return request.param

@@ -104,31 +104,31 @@ class TrainConfig:
     seed: int = 3407
     """Seed for adapter init, data order and dropout: same seed, same version, same machine -> same losses."""
     epochs: float = 1.0
-    """Passes over the training split (ignored when ``max_steps`` is set)."""
+    """Passes over the training split (ignored when --max-steps is set)."""
     max_steps: int | None = None
-    """Stop after this many optimizer steps (overrides ``epochs``)."""
+    """Stop after this many optimizer steps (overrides --epochs)."""
     max_length: int | None = None
-    """Longest row in tokens; None takes the dataset's longest row. Never TRL's silent 1,024 default."""
+    """Longest row in tokens (default: the dataset's longest row; never TRL's silent 1,024)."""
     truncate: bool = False
-    """Cut rows longer than ``max_length`` (keeping the start) instead of refusing the dataset."""
+    """Cut rows longer than --max-length (keeping the start) instead of refusing the dataset."""
     load_in_4bit: bool | None = None
-    """Load the base model in 4-bit (QLoRA); None = on CUDA when bitsandbytes or unsloth is available."""
+    """Load the base model in 4-bit (QLoRA) (default: on CUDA when bitsandbytes or unsloth is there)."""
     optim: str | None = None
-    """Optimizer name; None = ``adamw_8bit`` on CUDA when bitsandbytes is there, else ``adamw_torch``."""
+    """Optimizer name (default: adamw_8bit on CUDA when bitsandbytes is there, else adamw_torch)."""
     bf16: bool | None = None
-    """Train in bf16; None = when the accelerator supports it (never on CPU)."""
+    """Train in bf16 (default: when the accelerator supports it; never on CPU)."""
     gradient_checkpointing: bool | None = None
-    """Recompute activations to save memory; None = on CUDA only."""
+    """Recompute activations to save memory (default: on CUDA only)."""
     eval_strategy: str = "epoch"
-    """With a validation split: evaluate every ``epoch``, every ``eval_steps`` (``steps``) or ``no``."""
+    """With a validation split: evaluate every epoch, every --eval-steps (steps) or no."""
     eval_steps: int | None = None
-    """Optimizer steps between evaluations when ``eval_strategy`` is ``steps``."""
+    """Optimizer steps between evaluations when --eval-strategy is steps."""
     early_stopping_patience: int = 0
     """Stop after this many evaluations without a better eval loss (0 = never)."""
     logging_steps: int = 1
     """Optimizer steps between train-loss records in metrics.jsonl."""
     timeout: float | None = None
-    """Seconds the training process may run before it is killed and the run recorded failed."""
+    """Seconds the training process may run before it is stopped and the run recorded failed."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Further SFTConfig / TrainingArguments keys passed through as is (recorded too)."""
 

@@ -18,40 +18,43 @@ class TransformConfig:
     """What to build and how; the defaults reproduce the upstream recipe (design.md rules 1-7)."""
 
     name: str
-    """Dataset name; the run writes the next version ``NAME@vN``."""
+    """Dataset name; the run writes its next version NAME@vN."""
 
     collections: tuple[str, ...] = ()
     """Collection ids to read; empty means every committed collection."""
 
     top_fraction: float = 1.0
-    """Keep the top ``max(1, int(n * F))`` rows (or rollouts, see ``select_by``) by reward."""
+    """Keep the top max(1, int(n*F)) rows (or rollouts, see --select-by) by reward, ties broken by a
+    seeded shuffle. 1.0 everywhere (transform and round), so nothing is dropped unless asked; the
+    upstream recipe's train_triplet_fraction is 0.5."""
 
     seed: int = 0
     """Seed of the tie-breaking shuffle, the final shuffle and the validation split."""
 
     min_reward: float | None = None
-    """Drop rows whose reward is below this before selection (None: keep all)."""
+    """Drop rows whose reward is below this before selecting (default: keep all)."""
 
     select_by: str = "triplet"
-    """``triplet``: rank rows (the recipe); ``rollout``: rank whole rollouts by final reward."""
+    """triplet: rank single rows (the recipe); rollout: rank whole rollouts by their final reward."""
 
     per_task: int | None = None
-    """Keep only the best K rollouts of each task input (rollouts.input), None: all."""
+    """Keep only the best K rollouts of each task input (rejection sampling; default: all)."""
 
     val_fraction: float = 0.0
-    """Fraction of the selected rollouts (never rows) written to validation.parquet."""
+    """Fraction of the selected rollouts (never single rows) written to validation.parquet."""
 
     max_length: int | None = None
-    """Drop (and count) rows whose input_ids are longer than this; never truncate."""
+    """Drop rows longer than this many tokens (counted, never truncated)."""
 
     dedup: bool = False
-    """Keep one row of each identical (input_ids, labels) pair (the highest reward)."""
+    """Keep one row of identical input_ids + labels (the highest reward)."""
 
     merge: str = "none"
-    """``trajectory``: merge calls that extend the previous call's prompt + response into one row."""
+    """trajectory: calls that extend the previous call's prompt + response become one row; tokens in
+    between are masked with -100."""
 
     rebuild_silver: bool = False
-    """Rebuild the silver cache of every chosen collection even when it exists."""
+    """Rebuild the silver tables of every chosen collection even if cached."""
 
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form notes recorded in the manifest (not part of the content hash)."""

@@ -71,7 +71,7 @@ def resolve_dataset(wh: Warehouse, ref: DatasetRef | str) -> tuple[DatasetRef, P
         known = ", ".join(dataset_names(wh)) or "none yet"
         raise NotFoundError(
             f"no dataset named {ref.name!r} in {wh.root}",
-            f"known datasets: {known}; build one with `tracebank transform --name {ref.name}`",
+            f"known datasets: {known}; build one with `tracebank transform --dataset {ref.name}`",
         )
     if ref.version is None:
         folder, manifest = versions[-1]

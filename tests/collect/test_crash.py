@@ -37,7 +37,7 @@ def _data_files(wh: Warehouse) -> list:
 
 
 def _sql(wh: Warehouse, statement: str) -> list:
-    done = run_cli("--warehouse", str(wh.root), "sql", statement, "--format", "json")
+    done = run_cli("--warehouse", str(wh.root), "sql", statement, "--format", "jsonl")
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
 
@@ -97,7 +97,7 @@ def test_sql_runs_while_a_collect_writes(big_store, wh):
             # uncommitted data files on disk and the writer alive: the read starts mid-write
             mid_write = bool(_data_files(wh)) and proc.poll() is None
             during = run_cli(
-                "--warehouse", str(wh.root), "sql", "SELECT count(*) AS n FROM spans", "--format", "json"
+                "--warehouse", str(wh.root), "sql", "SELECT count(*) AS n FROM spans", "--format", "jsonl"
             )
             assert during.returncode == 0, during.stderr
             # a reader sees all of the collection or none of it, never a part

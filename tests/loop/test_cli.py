@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +11,7 @@ from tracebank.serve.process import free_port
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
 
+from tests.cli_args import cli_args
 from tracebank.cli.main import cli
 
 AGENT = "tracebank.loop.toy_agent:repeat_text"
@@ -22,8 +24,8 @@ def tasks_file(tmp_path):
     return path
 
 
-def _round(wh_root, *args):
-    return CliRunner().invoke(cli, ["--warehouse", str(wh_root), "round", *args])
+def _round(position, wh_root, *args):
+    return CliRunner().invoke(cli, cli_args(wh_root, position, "round", *args))
 
 
 def _error(result) -> str:
@@ -32,11 +34,12 @@ def _error(result) -> str:
     return result.stderr
 
 
-def test_missing_tasks_file(tmp_path, model_v0):
+def test_missing_tasks_file(tmp_path, model_v0, warehouse_position):
     missing = tmp_path / "nope.jsonl"
     out = _round(
+        warehouse_position,
         tmp_path / "wh",
-        "--model",
+        "--base-model",
         str(model_v0),
         "--agent",
         AGENT,
@@ -54,12 +57,13 @@ def test_missing_tasks_file(tmp_path, model_v0):
     )
 
 
-def test_tasks_file_with_a_bad_line(tmp_path, model_v0):
+def test_tasks_file_with_a_bad_line(tmp_path, model_v0, warehouse_position):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{not json\n')
     out = _round(
+        warehouse_position,
         tmp_path / "wh",
-        "--model",
+        "--base-model",
         str(model_v0),
         "--agent",
         AGENT,
@@ -95,10 +99,11 @@ def test_tasks_file_with_a_bad_line(tmp_path, model_v0):
         ),
     ],
 )
-def test_bad_agent_spec(tmp_path, tasks_file, model_v0, spec, expected):
+def test_bad_agent_spec(tmp_path, tasks_file, model_v0, spec, expected, warehouse_position):
     out = _round(
+        warehouse_position,
         tmp_path / "wh",
-        "--model",
+        "--base-model",
         str(model_v0),
         "--agent",
         spec,
@@ -113,10 +118,11 @@ def test_bad_agent_spec(tmp_path, tasks_file, model_v0, spec, expected):
     assert _error(out) == expected
 
 
-def test_a_function_that_is_not_a_rollout(tmp_path, tasks_file, model_v0):
+def test_a_function_that_is_not_a_rollout(tmp_path, tasks_file, model_v0, warehouse_position):
     out = _round(
+        warehouse_position,
         tmp_path / "wh",
-        "--model",
+        "--base-model",
         str(model_v0),
         "--agent",
         "tracebank.loop.toy_agent:similarity",
@@ -133,10 +139,11 @@ def test_a_function_that_is_not_a_rollout(tmp_path, tasks_file, model_v0):
     )
 
 
-def test_missing_model_folder(tmp_path, tasks_file):
+def test_missing_model_folder(tmp_path, tasks_file, warehouse_position):
     out = _round(
+        warehouse_position,
         tmp_path / "wh",
-        "--model",
+        "--base-model",
         str(tmp_path / "none"),
         "--agent",
         AGENT,
@@ -149,21 +156,21 @@ def test_missing_model_folder(tmp_path, tasks_file):
     )
     assert out.exit_code == 2
     assert (
-        _error(out)
-        == f"Error: model folder {tmp_path / 'none'} does not exist (pass --model a local model folder)\n"
+        _error(out) == f"Error: model folder {tmp_path / 'none'} does not exist "
+        "(pass --base-model a local model folder)\n"
     )
 
 
-def test_bad_store_url_and_unreachable_store(tmp_path, tasks_file, model_v0):
-    args = ["--model", str(model_v0), "--agent", AGENT, "--tasks", str(tasks_file), "--server", "cpu"]
-    out = _round(tmp_path / "wh", *args, "--store", "localhost:4747")
+def test_bad_store_url_and_unreachable_store(tmp_path, tasks_file, model_v0, warehouse_position):
+    args = ["--base-model", str(model_v0), "--agent", AGENT, "--tasks", str(tasks_file), "--server", "cpu"]
+    out = _round(warehouse_position, tmp_path / "wh", *args, "--store", "localhost:4747")
     assert out.exit_code == 2
     assert (
         _error(out)
         == "Error: invalid store URL 'localhost:4747' (use http://HOST:PORT, e.g. http://127.0.0.1:4747)\n"
     )
     url = f"http://127.0.0.1:{free_port()}"
-    out = _round(tmp_path / "wh", *args, "--store", url)
+    out = _round(warehouse_position, tmp_path / "wh", *args, "--store", url)
     assert out.exit_code == 1
     assert _error(out) == (
         f"Error: no agentlightning store answers at {url} "
@@ -171,10 +178,11 @@ def test_bad_store_url_and_unreachable_store(tmp_path, tasks_file, model_v0):
     )
 
 
-def test_bad_top_fraction(tmp_path, tasks_file, model_v0):
+def test_bad_top_fraction(tmp_path, tasks_file, model_v0, warehouse_position):
     out = _round(
+        warehouse_position,
         tmp_path / "wh",
-        "--model",
+        "--base-model",
         str(model_v0),
         "--agent",
         AGENT,
@@ -193,14 +201,15 @@ def test_bad_top_fraction(tmp_path, tasks_file, model_v0):
     assert _error(out) == "Error: --top-fraction must be in (0, 1], got 2.0\n"
 
 
-def test_vllm_server_without_vllm_installed(tmp_path, tasks_file, model_v0):
+def test_vllm_server_without_vllm_installed(tmp_path, tasks_file, model_v0, warehouse_position):
     import shutil
 
     if shutil.which("vllm"):
         pytest.skip("vllm is installed here")
     out = _round(
+        warehouse_position,
         tmp_path / "wh",
-        "--model",
+        "--base-model",
         str(model_v0),
         "--agent",
         AGENT,
@@ -216,10 +225,13 @@ def test_vllm_server_without_vllm_installed(tmp_path, tasks_file, model_v0):
     )
 
 
-def test_a_round_with_local_runners_collects_its_rollouts(tmp_path, tasks_file, model_v0, store_url):
+def test_a_round_with_local_runners_collects_its_rollouts(
+    tmp_path, tasks_file, model_v0, store_url, warehouse_position
+):
     out = _round(
+        warehouse_position,
         tmp_path / "wh",
-        "--model",
+        "--base-model",
         str(model_v0),
         "--agent",
         AGENT,
@@ -239,7 +251,8 @@ def test_a_round_with_local_runners_collects_its_rollouts(tmp_path, tasks_file, 
         "120",
     )
     assert out.exit_code == 0, out.output
-    assert out.stdout.startswith("round done: 3 rollouts (3 succeeded) in "), out.stdout
+    # only the result reaches stdout: LiteLLM's banner and the libraries' logs go to stderr
+    assert re.fullmatch(r"round done: 3 rollouts \(3 succeeded\) in \d+s\n", out.stdout), out.stdout
     assert "rollouts done in" in out.stderr and "collected c" in out.stderr
     wh = Warehouse(tmp_path / "wh")
     rows = run_sql(

@@ -8,18 +8,20 @@ import re
 import pytest
 from click.testing import CliRunner
 
+from tests.cli_args import cli_args
 from tests.fixtures.datasets import QA_PAIRS, SYSTEM, qa_rows
 from tracebank.cli.main import cli
 
 
-def invoke(wh, *args):
-    return CliRunner().invoke(cli, ["--warehouse", str(wh.root), *args])
+def invoke(position, wh, *args):
+    return CliRunner().invoke(cli, cli_args(wh.root, position, *args))
 
 
 @pytest.fixture(scope="module")
 def cli_run(qa_wh, tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "model"
     result = invoke(
+        "before",
         qa_wh,
         "train",
         "--dataset",
@@ -67,19 +69,28 @@ def test_train_streams_progress_and_ends_with_one_summary_line(cli_run):
     assert (out / "adapter_config.json").exists()
 
 
-def test_unknown_dataset_is_one_line_on_stderr(qa_wh, tiny_model, tmp_path):
+def test_unknown_dataset_is_one_line_on_stderr(qa_wh, tiny_model, tmp_path, warehouse_position):
     result = invoke(
-        qa_wh, "train", "--dataset", "nope", "--base-model", str(tiny_model), "--output", str(tmp_path / "o")
+        warehouse_position,
+        qa_wh,
+        "train",
+        "--dataset",
+        "nope",
+        "--base-model",
+        str(tiny_model),
+        "--output",
+        str(tmp_path / "o"),
     )
     assert result.exit_code == 1
     assert result.stderr == (
         f"Error: no dataset named 'nope' in {qa_wh.root} (known datasets: qa; "
-        "build one with `tracebank transform --name nope`)\n"
+        "build one with `tracebank transform --dataset nope`)\n"
     )
 
 
-def test_bad_hyperparameter_exits_2(qa_wh, tiny_model, tmp_path):
+def test_bad_hyperparameter_exits_2(qa_wh, tiny_model, tmp_path, warehouse_position):
     result = invoke(
+        warehouse_position,
         qa_wh,
         "train",
         "--dataset",
@@ -95,18 +106,26 @@ def test_bad_hyperparameter_exits_2(qa_wh, tiny_model, tmp_path):
     assert result.stderr == "Error: learning rate must be positive, got -1.0\n"
 
 
-def test_failed_run_exits_non_zero_with_one_line(qa_wh, tmp_path):
+def test_failed_run_exits_non_zero_with_one_line(qa_wh, tmp_path, warehouse_position):
     model = tmp_path / "not-a-model"
     model.mkdir()
     result = invoke(
-        qa_wh, "train", "--dataset", "qa", "--base-model", str(model), "--output", str(tmp_path / "o")
+        warehouse_position,
+        qa_wh,
+        "train",
+        "--dataset",
+        "qa",
+        "--base-model",
+        str(model),
+        "--output",
+        str(tmp_path / "o"),
     )
     assert result.exit_code == 1
     assert result.stderr == f"Error: {model} has no config.json (is this a Hugging Face model folder?)\n"
 
 
-def test_runs_list_and_show(qa_wh, cli_run):
-    listing = invoke(qa_wh, "runs", "list")
+def test_runs_list_and_show(qa_wh, cli_run, warehouse_position):
+    listing = invoke(warehouse_position, qa_wh, "runs", "list")
     assert listing.exit_code == 0
     lines = listing.stdout.splitlines()
     assert lines[0].split() == [
@@ -124,7 +143,7 @@ def test_runs_list_and_show(qa_wh, cli_run):
     assert "succeeded" in statuses and "failed" in statuses  # the failed run above is listed too
     succeeded = next(line.split()[0] for line in lines[2:-1] if line.split()[1] == "succeeded")
 
-    shown = invoke(qa_wh, "runs", "show", succeeded[:24])
+    shown = invoke(warehouse_position, qa_wh, "runs", "show", succeeded[:24])
     assert shown.exit_code == 0
     text = shown.stdout.splitlines()
     assert text[0] == f"run        {succeeded}"
@@ -132,15 +151,19 @@ def test_runs_list_and_show(qa_wh, cli_run):
     assert text[2].startswith("dataset    qa@v1  (content hash ")
     assert sum(1 for line in text if re.match(r"\s+\d+\s+train\s", line)) == 8
 
-    as_json = json.loads(invoke(qa_wh, "runs", "show", succeeded, "--format", "json").stdout)
+    as_json = json.loads(
+        invoke(warehouse_position, qa_wh, "runs", "show", succeeded, "--format", "json").stdout
+    )
     assert as_json["run_id"] == succeeded and len(as_json["metrics"]) == 10
 
-    missing = invoke(qa_wh, "runs", "show", "zzz")
+    missing = invoke(warehouse_position, qa_wh, "runs", "show", "zzz")
     assert missing.exit_code == 1 and missing.stderr.count("\n") == 1
 
 
-def test_inspect_marks_masked_and_trained_text(qa_wh, tiny_model, tokenizer):
-    result = invoke(qa_wh, "inspect", "qa@v1", "--tokenizer", str(tiny_model), "--row", "2")
+def test_inspect_marks_masked_and_trained_text(qa_wh, tiny_model, tokenizer, warehouse_position):
+    result = invoke(
+        warehouse_position, qa_wh, "inspect", "qa@v1", "--tokenizer", str(tiny_model), "--row", "2"
+    )
     assert result.exit_code == 0, result.output
     row = qa_rows(tokenizer, QA_PAIRS, repeat=2)[2]
     trained = sum(1 for x in row["labels"] if x != -100)
@@ -164,9 +187,9 @@ def test_inspect_marks_masked_and_trained_text(qa_wh, tiny_model, tokenizer):
     assert "\x1b[" not in result.stdout
 
 
-def test_inspect_colours_on_request_and_refuses_bad_rows(qa_wh, tiny_model):
-    coloured = invoke(qa_wh, "inspect", "qa", "--tokenizer", str(tiny_model), "--color")
+def test_inspect_colours_on_request_and_refuses_bad_rows(qa_wh, tiny_model, warehouse_position):
+    coloured = invoke(warehouse_position, qa_wh, "inspect", "qa", "--tokenizer", str(tiny_model), "--color")
     assert "\x1b[2m<|im_start|>system" in coloured.stdout and "\x1b[1;32m" in coloured.stdout
-    bad = invoke(qa_wh, "inspect", "qa", "--tokenizer", str(tiny_model), "--row", "99")
+    bad = invoke(warehouse_position, qa_wh, "inspect", "qa", "--tokenizer", str(tiny_model), "--row", "99")
     assert bad.exit_code == 1
     assert bad.stderr == "Error: row 99 is out of range (qa@v1 train has 16 rows)\n"

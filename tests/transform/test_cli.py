@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 from tracebank.warehouse import catalog
 
+from tests.cli_args import cli_args
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import Call, call_spans, reward_span
 from tracebank.cli.main import cli
@@ -27,12 +28,12 @@ def filled(wh):
     return wh
 
 
-def _run(wh, *args):
-    return CliRunner().invoke(cli, ["--warehouse", str(wh.root), *args])
+def _run(position, wh, *args):
+    return CliRunner().invoke(cli, cli_args(wh.root, position, *args))
 
 
-def test_transform_prints_one_summary_line(filled):
-    out = _run(filled, "transform", "--name", "sft")
+def test_transform_prints_one_summary_line(filled, warehouse_position):
+    out = _run(warehouse_position, filled, "transform", "--dataset", "sft")
     assert out.exit_code == 0, out.output
     manifest = catalog.dataset_versions(filled, "sft")[0][1].to_json()
     # 3 rewarded rollouts x 2 calls; r3's two calls have no reward
@@ -42,11 +43,12 @@ def test_transform_prints_one_summary_line(filled):
     )
 
 
-def test_options_reach_the_manifest(filled):
+def test_options_reach_the_manifest(filled, warehouse_position):
     out = _run(
+        warehouse_position,
         filled,
         "transform",
-        "--name",
+        "--dataset",
         "sft",
         "--top-fraction",
         "0.5",
@@ -86,11 +88,11 @@ def test_options_reach_the_manifest(filled):
     }
 
 
-def test_datasets_list_and_show(filled):
-    _run(filled, "transform", "--name", "sft")
-    _run(filled, "transform", "--name", "sft", "--top-fraction", "0.5")
+def test_datasets_list_and_show(filled, warehouse_position):
+    _run(warehouse_position, filled, "transform", "--dataset", "sft")
+    _run(warehouse_position, filled, "transform", "--dataset", "sft", "--top-fraction", "0.5")
     versions = [(folder, m.to_json()) for folder, m in catalog.dataset_versions(filled, "sft")]
-    out = _run(filled, "datasets", "list")
+    out = _run(warehouse_position, filled, "datasets", "list")
     assert out.exit_code == 0, out.output
     created = [m["created_at"][:16].replace("T", " ") for _, m in versions]
     hashes = [m["content_hash"][:8] for _, m in versions]
@@ -101,7 +103,7 @@ def test_datasets_list_and_show(filled):
         f"sft   v2       3     {versions[1][1]['stats']['tokens']:<6}  {created[1]}  {hashes[1]}\n"
         "(2 rows)\n"
     )
-    show = _run(filled, "datasets", "show", "sft@v1")
+    show = _run(warehouse_position, filled, "datasets", "show", "sft@v1")
     assert show.exit_code == 0, show.output
     lines = show.output.splitlines()
     assert lines[0] == f"sft@v1  ({versions[0][0]})"
@@ -109,9 +111,11 @@ def test_datasets_list_and_show(filled):
     assert "calls        8 usable, 6 rewarded, 2 unrewarded, 0 duplicates" in lines
     assert "rejected     empty_tokens 1" in lines
     assert any(line.startswith("file         train.parquet  train  6 rows") for line in lines)
-    latest = _run(filled, "datasets", "show", "sft")
+    latest = _run(warehouse_position, filled, "datasets", "show", "sft")
     assert latest.output.splitlines()[0].startswith("sft@v2  (")
-    as_json = json.loads(_run(filled, "datasets", "show", "sft@v2", "--json").output)
+    as_json = json.loads(
+        _run(warehouse_position, filled, "datasets", "show", "sft@v2", "--format", "json").output
+    )
     assert as_json == versions[1][1]
 
 
@@ -119,17 +123,17 @@ def test_datasets_list_and_show(filled):
     ("args", "code", "message"),
     [
         (
-            ["transform", "--name", "x", "--top-fraction", "0"],
+            ["transform", "--dataset", "x", "--top-fraction", "0"],
             2,
             "Error: --top-fraction must be in (0, 1], got 0.0\n",
         ),
         (
-            ["transform", "--name", "x", "--collection", "nope"],
+            ["transform", "--dataset", "x", "--collection", "nope"],
             1,
             "Error: no committed collection 'nope' in {root} (known collections: c1)\n",
         ),
         (
-            ["transform", "--name", "bad/name"],
+            ["transform", "--dataset", "bad/name"],
             2,
             "Error: invalid dataset name 'bad/name' (use letters, digits, '.', '_' or '-', "
             "starting with a letter or digit)\n",
@@ -138,18 +142,18 @@ def test_datasets_list_and_show(filled):
             ["datasets", "show", "missing"],
             1,
             "Error: no dataset named 'missing' in {root} (known datasets: none yet; build one with "
-            "`tracebank transform --name missing`)\n",
+            "`tracebank transform --dataset missing`)\n",
         ),
         (
-            ["transform", "--name", "x", "--min-reward", "5"],
+            ["transform", "--dataset", "x", "--min-reward", "5"],
             1,
             "Error: no rows for x: 8 usable calls, 6 rewarded, 1 rejected, 0 kept after the filters "
             '(check the rewards with `tracebank sql "SELECT * FROM rewards"` or relax the options)\n',
         ),
     ],
 )
-def test_errors_are_one_line(filled, args, code, message):
-    out = _run(filled, *args)
+def test_errors_are_one_line(filled, args, code, message, warehouse_position):
+    out = _run(warehouse_position, filled, *args)
     assert out.exit_code == code
     assert out.output == message.format(root=filled.root)
 
@@ -157,7 +161,7 @@ def test_errors_are_one_line(filled, args, code, message):
 def test_help_documents_every_option():
     out = CliRunner().invoke(cli, ["transform", "--help"])
     for option in (
-        "--name",
+        "--dataset",
         "--collection",
         "--top-fraction",
         "--seed",
@@ -170,3 +174,34 @@ def test_help_documents_every_option():
         "--merge",
     ):
         assert option in out.output
+
+
+def test_datasets_list_machine_formats_are_whole(filled, warehouse_position):
+    _run(warehouse_position, filled, "transform", "--dataset", "sft")
+    manifest = catalog.dataset_versions(filled, "sft")[0][1].to_json()
+    as_json = _run(warehouse_position, filled, "datasets", "list", "--format", "json")
+    assert as_json.exit_code == 0, as_json.output
+    [row] = json.loads(as_json.stdout)  # one JSON document
+    assert row["hash"] == manifest["content_hash"] and len(row["hash"]) == 64
+    as_jsonl = _run(warehouse_position, filled, "datasets", "list", "--format", "jsonl")
+    assert [json.loads(line) for line in as_jsonl.stdout.splitlines()] == [row]
+    as_csv = _run(warehouse_position, filled, "datasets", "list", "--format", "csv")
+    assert as_csv.stdout.splitlines()[1].endswith("," + manifest["content_hash"])
+
+
+@pytest.mark.parametrize(("fmt", "expected"), [("jsonl", ""), ("json", "[]\n")])
+def test_an_empty_listing_prints_no_blank_line(wh, fmt, expected, warehouse_position):
+    out = _run(warehouse_position, wh, "datasets", "list", "--format", fmt)
+    assert out.exit_code == 0 and out.stdout == expected
+
+
+def test_old_flag_names_still_work(filled, warehouse_position):
+    out = _run(warehouse_position, filled, "transform", "--name", "sft")
+    assert out.exit_code == 0 and out.stdout.startswith("wrote sft@v1: ")
+    old = _run(warehouse_position, filled, "datasets", "show", "sft", "--json")
+    assert json.loads(old.stdout)["name"] == "sft"
+
+
+def test_transform_without_a_dataset_name_is_a_usage_error(filled, warehouse_position):
+    out = _run(warehouse_position, filled, "transform")
+    assert out.exit_code == 2 and "Missing option '--dataset'." in out.stderr

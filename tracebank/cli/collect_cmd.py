@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from tracebank.cli.options import pass_warehouse
+
 
 @contextmanager
 def _progress_bar(enabled: bool) -> Iterator[Any]:
@@ -90,7 +92,7 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
     is_flag=True,
     help="Skip building the llm_calls / rewards / messages tables of the new collection now.",
 )
-@click.pass_obj
+@pass_warehouse
 def collect(
     wh: Any,
     store_url: str,

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 import click
 
+from tracebank.cli.options import config_option, pass_warehouse
 from tracebank.cli.output import render
+from tracebank.loop.config import SERVERS, THEN, DemoConfig, RoundConfig, ServerConfig, StagesConfig
+from tracebank.train.config import BACKENDS
 
 
 class Reporter:
@@ -99,35 +103,13 @@ def _run_line(record: Any) -> str:
 
 
 @click.command()
-@click.option(
-    "--work-dir",
-    default="demo-models",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Folder of the demo's models (version_N) and logs.",
-)
-@click.option(
-    "--rollouts", default=32, show_default=True, type=click.IntRange(1), help="Toy tasks to roll out."
-)
-@click.option(
-    "--runners", default=2, show_default=True, type=click.IntRange(1), help="agentlightning runner processes."
-)
-@click.option(
-    "--iterations",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Algorithm iterations (serve, roll out, collect, transform, train).",
-)
-@click.option(
-    "--max-steps",
-    default=16,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Optimizer steps per training run.",
-)
+@config_option(DemoConfig, "work_dir", type=click.Path(file_okay=False))
+@config_option(DemoConfig, "rollouts", type=click.IntRange(1))
+@config_option(DemoConfig, "runners", type=click.IntRange(1))
+@config_option(DemoConfig, "iterations", type=click.IntRange(1))
+@config_option(DemoConfig, "max_steps", type=click.IntRange(1))
 @click.option("--verbose", is_flag=True, help="Show the libraries' own output instead of logging it.")
-@click.pass_obj
+@pass_warehouse
 def demo(
     wh: Any, work_dir: str, rollouts: int, runners: int, iterations: int, max_steps: int, verbose: bool
 ) -> None:
@@ -140,7 +122,6 @@ def demo(
     """
     import time
 
-    from tracebank.loop import DemoConfig
     from tracebank.loop.demo import run_demo
     from tracebank.loop.local import output_to_log
 
@@ -199,7 +180,8 @@ def _split_args(values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @click.command(name="round")
-@click.option("--model", "model", required=True, type=click.Path(), help="Model folder to serve.")
+@click.option("--base-model", type=click.Path(), help="Model folder to serve (and to train from).")
+@click.option("--model", "model_alias", type=click.Path(), hidden=True, help="Old name of --base-model.")
 @click.option(
     "--agent",
     "agent_spec",
@@ -211,39 +193,22 @@ def _split_args(values: tuple[str, ...]) -> tuple[str, ...]:
     "--tasks", "tasks_path", required=True, type=click.Path(), help="JSONL file, one task per line."
 )
 @click.option("--store", "store_url", required=True, help="Store URL, e.g. http://127.0.0.1:4747.")
-@click.option(
-    "--server",
-    type=click.Choice(["vllm", "cpu"]),
-    default="vllm",
-    show_default=True,
-    help="vllm serve (GPU), or tracebank's CPU server for small models.",
-)
-@click.option("--served-model-name", default=None, help="Name the model is served as (default: the folder).")
-@click.option(
-    "--tool-call-parser",
-    default="hermes",
-    show_default=True,
-    help="vLLM tool-call parser ('none' turns tool calls off).",
-)
-@click.option("--gpu-memory-utilization", type=float, default=None, help="vLLM GPU memory fraction.")
-@click.option("--max-model-len", type=int, default=None, help="Prompt + completion token limit.")
-@click.option("--quantization", default=None, help="vLLM quantization, e.g. bitsandbytes.")
-@click.option(
+@config_option(ServerConfig, "kind", "--server", type=click.Choice(SERVERS))
+@config_option(ServerConfig, "served_model_name")
+@config_option(ServerConfig, "tool_call_parser", help="vLLM tool-call parser ('none' turns tool calls off).")
+@config_option(ServerConfig, "gpu_memory_utilization")
+@config_option(ServerConfig, "max_model_len")
+@config_option(ServerConfig, "quantization")
+@config_option(
+    ServerConfig,
+    "extra_args",
     "--server-arg",
-    "server_args",
     multiple=True,
+    default=(),
     help="Extra argument(s) for the server command line (repeatable, shell-quoted).",
 )
-@click.option(
-    "--startup-timeout",
-    type=float,
-    default=900.0,
-    show_default=True,
-    help="Seconds the server may take to become healthy.",
-)
-@click.option(
-    "--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait for all rollouts."
-)
+@config_option(ServerConfig, "startup_timeout_s", "--startup-timeout")
+@config_option(RoundConfig, "timeout_s", "--timeout")
 @click.option(
     "--runners",
     type=click.IntRange(0),
@@ -251,112 +216,81 @@ def _split_args(values: tuple[str, ...]) -> tuple[str, ...]:
     show_default=True,
     help="Also run N agentlightning runners of --agent here (0: your own runners do).",
 )
+@config_option(StagesConfig, "then", type=click.Choice(THEN))
+@config_option(StagesConfig, "tag")
+@config_option(StagesConfig, "dataset_name", "--dataset")
+@click.option("--dataset-name", "dataset_alias", hidden=True, help="Old name of --dataset.")
+@config_option(StagesConfig, "top_fraction")
+@config_option(StagesConfig, "seed")
 @click.option(
-    "--then",
-    "then",
-    type=click.Choice(["none", "collect", "transform", "train"]),
-    default="none",
-    show_default=True,
-    help="Chain the stages after the rollouts, up to this one.",
-)
-@click.option("--tag", default=None, help="Tag of the round's collection.")
-@click.option("--dataset-name", default="rounds", show_default=True, help="Dataset to write a version of.")
-@click.option(
-    "--top-fraction", type=float, default=0.5, show_default=True, help="Share of rows kept by reward."
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the selection.")
-@click.option(
-    "--output-model",
+    "--output",
     type=click.Path(),
     default=None,
     help="Where --then train writes the next model (default: version_N -> version_N+1).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "unsloth", "trl"]),
-    default="auto",
-    show_default=True,
-    help="Training backend.",
-)
-@click.option("--max-steps", type=int, default=None, help="Optimizer steps (default: one epoch).")
-@click.pass_obj
+@click.option("--output-model", "output_alias", type=click.Path(), hidden=True, help="Old name of --output.")
+@config_option(StagesConfig, "backend", type=click.Choice(BACKENDS))
+@config_option(StagesConfig, "max_steps")
+@pass_warehouse
 def round_(
     wh: Any,
-    model: str,
+    base_model: str | None,
+    model_alias: str | None,
     agent_spec: str,
     tasks_path: str,
     store_url: str,
-    server: str,
-    served_model_name: str | None,
+    kind: str,
     tool_call_parser: str,
-    gpu_memory_utilization: float | None,
-    max_model_len: int | None,
-    quantization: str | None,
-    server_args: tuple[str, ...],
-    startup_timeout: float,
-    timeout: float,
+    extra_args: tuple[str, ...],
     runners: int,
-    then: str,
-    tag: str | None,
-    dataset_name: str,
-    top_fraction: float,
-    seed: int,
-    output_model: str | None,
-    backend: str,
-    max_steps: int | None,
+    timeout_s: float,
+    dataset_alias: str | None,
+    output: str | None,
+    output_alias: str | None,
+    **options: Any,
 ) -> None:
-    """One serving round: serve --model, proxy it, enqueue --tasks, wait, stop, and optionally train.
+    """One serving round: serve --base-model, proxy it, enqueue --tasks, wait, stop, optionally train.
 
     The agent runs in agentlightning runners connected to --store: start your own
     (each a LitAgentRunner looping over runner.iter(), as in the recipe's
     sft_rollout_runners.py) or pass --runners N. With --then train the round ends
     by printing the model the next round serves.
     """
-    from tracebank.loop import (
-        LocalRunners,
-        RoundConfig,
-        ServerConfig,
-        StagesConfig,
-        load_agent,
-        load_tasks,
-        run_round,
-    )
+    from tracebank.loop import LocalRunners, load_agent, load_tasks, run_round
+    from tracebank.loop.local import stdout_to_stderr
 
+    model = base_model or model_alias
+    if not model:
+        raise click.UsageError("Missing option '--base-model'.")
+    server_fields = {f.name for f in dataclasses.fields(ServerConfig)}
+    server = {k: v for k, v in options.items() if k in server_fields}
+    stages = {k: v for k, v in options.items() if k not in server_fields}
+    if dataset_alias:
+        stages["dataset_name"] = dataset_alias
     tasks = load_tasks(tasks_path)
     config = RoundConfig(
         server=ServerConfig(
-            kind=server,
-            served_model_name=served_model_name,
+            kind=kind,
             tool_call_parser=None if tool_call_parser.lower() == "none" else tool_call_parser,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            quantization=quantization,
-            extra_args=_split_args(server_args),
-            startup_timeout_s=startup_timeout,
+            extra_args=_split_args(extra_args),
+            **server,
         ),
-        stages=StagesConfig(
-            then=then,
-            tag=tag,
-            dataset_name=dataset_name,
-            top_fraction=top_fraction,
-            seed=seed,
-            backend=backend,
-            max_steps=max_steps,
-        ),
-        timeout_s=timeout,
+        stages=StagesConfig(**stages),
+        timeout_s=timeout_s,
     ).validate()
+    then = config.stages.then
     agent = load_agent(agent_spec)
     reporter = Reporter()
     local = LocalRunners(store_url, agent, n=runners) if runners else contextlib.nullcontext()
     try:
-        with local:
+        with stdout_to_stderr(), local:
             result = run_round(
                 store_url,
                 tasks,
                 model,
                 config,
                 wh=wh if then != "none" else None,
-                output_model=output_model,
+                output_model=output or output_alias,
                 on_event=reporter,
             )
     finally:

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from tracebank.cli.options import warehouse_option
 from tracebank.warehouse.errors import TracebankError
 
 # LiteLLM (pulled in by agentlightning) fetches a price map from the internet at
@@ -38,23 +39,16 @@ class TracebankGroup(click.Group):
 
 
 @click.group(cls=TracebankGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--warehouse",
-    "warehouse_path",
-    envvar="TRACEBANK_WAREHOUSE",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Warehouse folder (default: $TRACEBANK_WAREHOUSE, else ./warehouse).",
-)
+@warehouse_option
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.version_option(package_name="tracebank")
 @click.pass_context
-def cli(ctx: click.Context, warehouse_path: str | None, debug: bool) -> None:
-    """Durable, SQL-queryable warehouse and trainer for Agent Lightning traces."""
-    from tracebank.warehouse.layout import Warehouse
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Durable, SQL-queryable warehouse and trainer for Agent Lightning traces.
 
+    --warehouse/-w goes before or after the command.
+    """
     ctx.meta["tracebank.debug"] = debug
-    ctx.obj = Warehouse.resolve(warehouse_path)
 
 
 def _register() -> None:

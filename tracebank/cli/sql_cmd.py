@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import click
 
-from tracebank.cli.output import render
+from tracebank.cli.options import format_option, pass_warehouse
+from tracebank.cli.output import echo_rows
 
 
 @click.command()
 @click.argument("statement")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "csv", "json"]),
-    default="table",
-    show_default=True,
-    help="Output format.",
-)
-@click.pass_obj
+@format_option
+@pass_warehouse
 def sql(wh, statement: str, fmt: str) -> None:
     """Run a read-only SQL STATEMENT over the warehouse views.
 
@@ -26,4 +20,4 @@ def sql(wh, statement: str, fmt: str) -> None:
     """
     from tracebank.warehouse.query import run_sql
 
-    click.echo(render(run_sql(wh, statement), fmt))
+    echo_rows(run_sql(wh, statement), fmt)

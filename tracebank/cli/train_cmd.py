@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from typing import Any
 
 import click
 
-from tracebank.cli.output import render
-from tracebank.train.config import TrainConfig
-
-#: The CLI's defaults are TrainConfig's (it imports nothing heavy), so they are written once.
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
+from tracebank.cli.output import echo_rows
+from tracebank.train.config import BACKENDS, EVAL_STRATEGIES, SAVE_METHODS, TrainConfig
 
 
 def _fmt_loss(value: Any) -> str:
@@ -82,71 +79,47 @@ def _summary_line(record: Any) -> str:
     )
 
 
+def _train_option(name: str, *flags: str, **extra: Any) -> Any:
+    return config_option(TrainConfig, name, *flags, **extra)
+
+
 @click.command()
-@click.option("--dataset", required=True, help="Dataset version: NAME (latest) or NAME@vN.")
-@click.option("--base-model", required=True, help="Local folder of the base model.")
-@click.option("--output", required=True, help="Folder to write the trained model to.")
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "unsloth", "trl"]),
-    default="auto",
-    show_default=True,
-    help="auto: Unsloth on CUDA when installed, else TRL+PEFT.",
-)
-@click.option(
-    "--save",
-    type=click.Choice(["merged_16bit", "lora"]),
-    default="merged_16bit",
-    show_default=True,
-    help="merged_16bit: full weights for vLLM; lora: adapter only (vllm --enable-lora).",
-)
-@click.option("--overwrite", is_flag=True, help="Replace a non-empty --output folder.")
-@click.option("--epochs", type=float, default=_DEFAULTS["epochs"], show_default=True)
-@click.option(
-    "--max-steps", type=int, default=None, help="Stop after N optimizer steps (overrides --epochs)."
-)
-@click.option("--lr", "learning_rate", type=float, default=_DEFAULTS["learning_rate"], show_default=True)
-@click.option("--batch-size", type=int, default=_DEFAULTS["batch_size"], show_default=True)
-@click.option("--grad-accum", type=int, default=_DEFAULTS["grad_accum"], show_default=True)
-@click.option("--warmup-steps", type=int, default=_DEFAULTS["warmup_steps"], show_default=True)
-@click.option("--lr-scheduler", default=_DEFAULTS["lr_scheduler"], show_default=True)
-@click.option("--weight-decay", type=float, default=_DEFAULTS["weight_decay"], show_default=True)
-@click.option("--lora-r", type=int, default=_DEFAULTS["lora_r"], show_default=True)
-@click.option("--lora-alpha", type=int, default=_DEFAULTS["lora_alpha"], show_default=True)
-@click.option("--lora-dropout", type=float, default=_DEFAULTS["lora_dropout"], show_default=True)
+@_train_option("dataset", required=True)
+@_train_option("base_model", required=True)
+@_train_option("output", required=True)
+@_train_option("backend", type=click.Choice(BACKENDS))
+@_train_option("save", type=click.Choice(SAVE_METHODS))
+@_train_option("overwrite")
+@_train_option("epochs")
+@_train_option("max_steps")
+@_train_option("learning_rate", "--lr")
+@_train_option("batch_size")
+@_train_option("grad_accum")
+@_train_option("warmup_steps")
+@_train_option("lr_scheduler")
+@_train_option("weight_decay")
+@_train_option("lora_r")
+@_train_option("lora_alpha")
+@_train_option("lora_dropout")
 @click.option(
     "--target-modules",
     default=None,
     help="Comma-separated LoRA targets (default: the seven Qwen projections).",
 )
-@click.option("--max-length", type=int, default=None, help="Longest row in tokens (default: the dataset's).")
-@click.option("--truncate", is_flag=True, help="Cut rows longer than --max-length instead of refusing.")
-@click.option("--load-in-4bit/--no-load-in-4bit", default=None, help="Default: on CUDA when possible.")
-@click.option("--optim", default=None, help="Optimizer (default: adamw_8bit on CUDA, else adamw_torch).")
-@click.option("--bf16/--no-bf16", default=None, help="Default: when the GPU supports it.")
-@click.option("--gradient-checkpointing/--no-gradient-checkpointing", default=None, help="Default: on CUDA.")
-@click.option(
-    "--eval-strategy",
-    type=click.Choice(["epoch", "steps", "no"]),
-    default="epoch",
-    show_default=True,
-    help="When the version has a validation split.",
-)
-@click.option("--eval-steps", type=int, default=None)
-@click.option(
-    "--early-stopping-patience",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Evaluations without improvement before stopping (0: never).",
-)
-@click.option("--logging-steps", type=int, default=_DEFAULTS["logging_steps"], show_default=True)
-@click.option(
-    "--timeout", type=float, default=None, help="Seconds before training is stopped and recorded failed."
-)
-@click.option("--seed", type=int, default=_DEFAULTS["seed"], show_default=True)
+@_train_option("max_length")
+@_train_option("truncate")
+@_train_option("load_in_4bit")
+@_train_option("optim")
+@_train_option("bf16")
+@_train_option("gradient_checkpointing")
+@_train_option("eval_strategy", type=click.Choice(EVAL_STRATEGIES))
+@_train_option("eval_steps")
+@_train_option("early_stopping_patience")
+@_train_option("logging_steps")
+@_train_option("timeout")
+@_train_option("seed")
 @click.option("--quiet", is_flag=True, help="Print only the summary line.")
-@click.pass_obj
+@pass_warehouse
 def train(wh, quiet: bool, target_modules: str | None, **options: Any) -> None:
     """Train a LoRA adapter on a dataset version and record the run."""
     from tracebank.train import TrainConfig
@@ -164,21 +137,19 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
-)
-@click.pass_obj
+@format_option
+@pass_warehouse
 def runs_list(wh, fmt: str) -> None:
     """List every run, oldest first."""
     from tracebank.train import runs_table
 
-    click.echo(render(runs_table(wh), fmt))
+    echo_rows(runs_table(wh), fmt)
 
 
 @runs.command("show")
 @click.argument("run_id")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.pass_obj
+@show_format_option
+@pass_warehouse
 def runs_show(wh, run_id: str, fmt: str) -> None:
     """Show one run (an id prefix is enough): record, summary and per-step losses."""
     from tracebank.train import run_details
@@ -194,9 +165,9 @@ def runs_show(wh, run_id: str, fmt: str) -> None:
 @click.argument("dataset")
 @click.option("--tokenizer", required=True, help="Folder of the tokenizer (usually the base model).")
 @click.option("--row", type=int, default=0, show_default=True, help="Row index within the split.")
-@click.option("--split", default="train", show_default=True)
+@click.option("--split", default="train", show_default=True, help="Split to read: train or validation.")
 @click.option("--color/--no-color", default=None, help="Default: when stdout is a terminal.")
-@click.pass_obj
+@pass_warehouse
 def inspect(wh, dataset: str, tokenizer: str, row: int, split: str, color: bool | None) -> None:
     """Decode a row of DATASET (NAME or NAME@vN): masked vs trained tokens, length and reward histograms."""
     from tracebank.train import inspect_dataset

@@ -8,115 +8,55 @@ from typing import Any
 
 import click
 
+from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
+from tracebank.transform.config import MERGE, SELECT_BY, TransformConfig
+
+
+def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.meta["tracebank.dataset_alias"] = value
+
 
 @click.command()
-@click.option("--name", required=True, help="Dataset name; writes the next version NAME@vN.")
+@config_option(TransformConfig, "name", "--dataset", required=False, metavar="NAME")
 @click.option(
-    "--collection",
-    "collections",
-    multiple=True,
-    metavar="ID",
-    help="Collection to read (repeatable). Default: every committed collection.",
+    "--name", hidden=True, expose_value=False, callback=_dataset_alias, help="Old name of --dataset."
 )
-@click.option(
-    "--top-fraction",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Keep the top max(1, int(n*F)) rows by reward, ties broken by a seeded shuffle "
-    "(the recipe's triplet_fraction; the upstream example uses 0.5).",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Seed of the tie-break shuffle, the final shuffle and the validation split.",
-)
-@click.option(
-    "--min-reward", type=float, default=None, help="Drop rows whose reward is below this before selecting."
-)
-@click.option(
-    "--select-by",
-    type=click.Choice(["triplet", "rollout"]),
-    default="triplet",
-    show_default=True,
-    help="Rank single rows (the recipe) or whole rollouts by their final reward.",
-)
-@click.option(
-    "--per-task",
-    type=int,
-    default=None,
-    metavar="K",
-    help="Keep only the best K rollouts of each task input (rejection sampling).",
-)
-@click.option(
-    "--val-fraction",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="Fraction of the selected rollouts (never single rows) for validation.parquet.",
-)
-@click.option(
-    "--max-length",
-    type=int,
-    default=None,
-    help="Drop rows longer than this many tokens (counted, never truncated).",
-)
-@click.option("--dedup", is_flag=True, help="Keep one row of identical input_ids + labels (highest reward).")
-@click.option(
-    "--merge",
-    type=click.Choice(["none", "trajectory"]),
-    default="none",
-    show_default=True,
-    help="trajectory: calls that extend the previous call's prompt + response become one row; "
-    "tokens in between are masked with -100.",
-)
-@click.option("--rebuild-silver", is_flag=True, help="Rebuild the silver tables even if cached.")
-@click.pass_obj
-def transform(
-    wh: Any,
-    name: str,
-    collections: tuple[str, ...],
-    top_fraction: float,
-    seed: int,
-    min_reward: float | None,
-    select_by: str,
-    per_task: int | None,
-    val_fraction: float,
-    max_length: int | None,
-    dedup: bool,
-    merge: str,
-    rebuild_silver: bool,
-) -> None:
-    """Build the next version of dataset NAME from collected spans.
+@config_option(TransformConfig, "collections", "--collection", multiple=True, metavar="ID", default=())
+@config_option(TransformConfig, "top_fraction")
+@config_option(TransformConfig, "seed")
+@config_option(TransformConfig, "min_reward")
+@config_option(TransformConfig, "select_by", type=click.Choice(SELECT_BY))
+@config_option(TransformConfig, "per_task", metavar="K")
+@config_option(TransformConfig, "val_fraction")
+@config_option(TransformConfig, "max_length")
+@config_option(TransformConfig, "dedup")
+@config_option(TransformConfig, "merge", type=click.Choice(MERGE))
+@config_option(TransformConfig, "rebuild_silver")
+@pass_warehouse
+def transform(wh: Any, name: str | None, collections: tuple[str, ...], **options: Any) -> None:
+    """Build the next version of a dataset (--dataset NAME) from collected spans.
 
     With the defaults the rows are exactly those of Agent Lightning's
     LlmProxyTraceToTriplet + the Unsloth SFT recipe's data step.
     """
-    from tracebank.transform import TransformConfig
     from tracebank.transform import transform as run
 
-    config = TransformConfig(
-        name=name,
-        collections=tuple(collections),
-        top_fraction=top_fraction,
-        seed=seed,
-        min_reward=min_reward,
-        select_by=select_by,
-        per_task=per_task,
-        val_fraction=val_fraction,
-        max_length=max_length,
-        dedup=dedup,
-        merge=merge,
-        rebuild_silver=rebuild_silver,
-    )
+    name = name or click.get_current_context().meta.get("tracebank.dataset_alias")
+    if not name:
+        raise click.UsageError("Missing option '--dataset'.")
+    config = TransformConfig(name=name, collections=tuple(collections), **options)
     click.echo(run(wh, config).summary())
 
 
 @click.group()
 def datasets() -> None:
     """List dataset versions, or show one."""
+
+
+def _short(content_hash: str) -> str:
+    """The table format's hash: 8 characters, enough to tell versions apart by eye."""
+    return content_hash[:8]
 
 
 def _created(value: str | None) -> str:
@@ -129,24 +69,21 @@ def _created(value: str | None) -> str:
 
 
 @datasets.command("list")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "csv", "json"]),
-    default="table",
-    show_default=True,
-    help="Output format.",
-)
-@click.pass_obj
+@format_option
+@pass_warehouse
 def list_cmd(wh: Any, fmt: str) -> None:
     """Every committed version: name, version, rows, tokens, created, hash."""
     import pyarrow as pa
 
-    from tracebank.cli.output import render
+    from tracebank.cli.output import echo_rows
     from tracebank.warehouse.listings import datasets_table
 
     rows = [
-        {**row, "created": _created(row["created_at"]), "hash": str(row["content_hash"] or "")[:8]}
+        {
+            **row,
+            "created": _created(row["created_at"]),
+            "hash": _short(str(row["content_hash"] or "")) if fmt == "table" else row["content_hash"],
+        }
         for row in datasets_table(wh).to_pylist()
     ]
     schema = pa.schema(
@@ -159,7 +96,7 @@ def list_cmd(wh: Any, fmt: str) -> None:
             ("hash", pa.string()),
         ]
     )
-    click.echo(render(pa.Table.from_pylist(rows, schema=schema), fmt))  # extra keys are dropped
+    echo_rows(pa.Table.from_pylist(rows, schema=schema), fmt)  # extra keys are dropped
 
 
 def _fmt(value: Any) -> str:
@@ -221,16 +158,17 @@ def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
 
 @datasets.command("show")
 @click.argument("ref", metavar="NAME[@vN]")
-@click.option("--json", "as_json", is_flag=True, help="Print the whole manifest as JSON.")
-@click.pass_obj
-def show_cmd(wh: Any, ref: str, as_json: bool) -> None:
+@show_format_option
+@click.option("--json", "as_json", is_flag=True, hidden=True, help="Old name of --format json.")
+@pass_warehouse
+def show_cmd(wh: Any, ref: str, fmt: str, as_json: bool) -> None:
     """The manifest of NAME@vN (latest version when unversioned)."""
     from tracebank.warehouse.catalog import resolve_dataset
 
     wh.check_format()
     resolved, folder, record = resolve_dataset(wh, ref)
     manifest = record.to_json()
-    if as_json:
+    if as_json or fmt == "json":
         click.echo(json.dumps(manifest, indent=2, sort_keys=True))
     else:
         click.echo(show_text(resolved, folder, manifest))

@@ -1,0 +1,103 @@
+"""The options written once: --warehouse anywhere, --format, options built from config fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import click
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from tracebank.loop.config import DemoConfig, RoundConfig, ServerConfig, StagesConfig
+from tracebank.train.config import TrainConfig
+from tracebank.transform.config import TransformConfig
+
+from tests.cli_args import cli_args
+from tracebank.cli.main import cli
+from tracebank.cli.options import config_option, field_docs, pass_warehouse
+from tracebank.cli.output import render
+
+
+def test_sql_takes_the_warehouse_before_or_after(wh, warehouse_position):
+    out = CliRunner().invoke(
+        cli, cli_args(wh.root, warehouse_position, "sql", "SELECT 1 AS n", "--format", "jsonl")
+    )
+    assert out.exit_code == 0, out.output
+    assert out.stdout == '{"n": 1}\n'
+
+
+def test_the_warehouse_after_the_command_wins(wh, tmp_path):
+    seen = []
+
+    @click.command()
+    @pass_warehouse
+    def show(warehouse):
+        seen.append(warehouse.root)
+
+    group = click.Group(commands={"show": show})
+    from tracebank.cli.options import warehouse_option
+
+    group = warehouse_option(group)
+    CliRunner().invoke(group, ["--warehouse", str(tmp_path / "a"), "show", "-w", str(wh.root)])
+    CliRunner().invoke(group, ["show"], env={"TRACEBANK_WAREHOUSE": str(tmp_path / "env")})
+    assert seen == [wh.root, (tmp_path / "env").resolve()]
+
+
+def _table() -> pa.Table:
+    return pa.table({"id": [1, 2], "doc": [{"k": "x" * 80}, None]})
+
+
+def test_render_formats_exactly():
+    long = json.dumps({"k": "x" * 80})
+    assert render(_table(), "jsonl") == f'{{"id": 1, "doc": {long}}}\n{{"id": 2, "doc": null}}'
+    assert render(_table(), "json") == f'[{{"id": 1, "doc": {long}}},\n {{"id": 2, "doc": null}}]'
+    assert render(_table(), "csv") == f'id,doc\n1,"{long.replace(chr(34), 2 * chr(34))}"\n2,'
+    shown = long[:57] + "..."
+    assert render(_table(), "table") == (
+        f"id  doc{' ' * 57}\n--  {'-' * 60}\n1   {shown}\n2\n(2 rows)".replace(f"doc{' ' * 57}", "doc")
+    )
+
+
+def test_render_of_no_rows():
+    empty = pa.table({"id": pa.array([], pa.int64())})
+    assert (render(empty, "jsonl"), render(empty, "json"), render(empty, "csv")) == ("", "[]", "id")
+
+
+@pytest.mark.parametrize(
+    "cls", [TransformConfig, TrainConfig, ServerConfig, StagesConfig, RoundConfig, DemoConfig]
+)
+def test_every_config_field_has_a_one_line_doc(cls):
+    docs = field_docs(cls)
+    assert {f.name for f in dataclasses.fields(cls)} <= set(docs)
+    assert all(docs.values()) and not any("\n" in d for d in docs.values())
+
+
+def test_config_option_takes_default_and_help_from_the_field():
+    @click.command()
+    @config_option(TransformConfig, "top_fraction")
+    @config_option(TransformConfig, "dedup")
+    def cmd(top_fraction, dedup):
+        click.echo(f"{top_fraction} {dedup}")
+
+    assert CliRunner().invoke(cmd, []).stdout == "1.0 False\n"
+    assert CliRunner().invoke(cmd, ["--top-fraction", "0.5", "--dedup"]).stdout == "0.5 True\n"
+    text = CliRunner().invoke(cmd, ["--help"]).stdout
+    assert "Keep the top max(1, int(n*F)) rows" in " ".join(text.split())
+
+
+def test_every_option_of_every_command_has_help():
+    def commands(group, path=()):
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                yield from commands(command, (*path, name))
+            else:
+                yield (*path, name), command
+
+    missing = [
+        (path, p.name)
+        for path, command in commands(cli)
+        for p in command.params
+        if isinstance(p, click.Option) and not p.hidden and not p.help
+    ]
+    assert missing == []

@@ -1,0 +1,141 @@
+"""Options written once and shared by every command: the warehouse, ``--format``, config fields.
+
+Click options built from a config dataclass take their default and help text from the
+field and its one-line docstring, so neither is written a second time beside the CLI.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import textwrap
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+FORMATS = ("table", "csv", "json", "jsonl")
+_WAREHOUSE_KEY = "tracebank.warehouse"
+_WAREHOUSE_HELP = "Warehouse folder (default: $TRACEBANK_WAREHOUSE, else ./warehouse)."
+
+
+def _remember_warehouse(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    # Given after the subcommand, it wins over one given before it.
+    if value is not None:
+        ctx.meta[_WAREHOUSE_KEY] = value
+
+
+def warehouse_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--warehouse``/``-w``, accepted on the group and on every command (before or after it)."""
+    return click.option(
+        "--warehouse",
+        "-w",
+        "warehouse_path",
+        type=click.Path(file_okay=False),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_remember_warehouse,
+        help=_WAREHOUSE_HELP,
+    )(f)
+
+
+def pass_warehouse(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds ``--warehouse``/``-w`` to a command and passes it the resolved Warehouse first."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from tracebank.warehouse.layout import Warehouse
+
+        path = click.get_current_context().meta.get(_WAREHOUSE_KEY)
+        return f(Warehouse.resolve(path), *args, **kwargs)
+
+    return warehouse_option(wrapper)
+
+
+def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--format table|csv|json|jsonl`` of every command that prints rows."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="table: aligned text; csv; json: one JSON array; jsonl: one JSON object a line.",
+    )(f)
+
+
+def show_format_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--format text|json`` of every command that shows one record."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="text: readable; json: the whole record as one JSON document.",
+    )(f)
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of dataclass ``cls``, joined into one line."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, after in zip(body, body[1:], strict=False):
+            is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and is_doc:
+                docs[node.target.id] = " ".join(str(after.value.value).replace("``", "").split())  # type: ignore[attr-defined]
+    return docs
+
+
+def _click_type(annotation: Any) -> tuple[Any, bool]:
+    """(click type, is_flag) of a field annotation such as ``int | None`` or ``bool``."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    base = args[0]
+    if base is bool:
+        return None, True
+    return {int: int, float: float, str: str}.get(base, str), False
+
+
+def _is_optional(annotation: Any) -> bool:
+    return type(None) in typing.get_args(annotation)
+
+
+def config_option(
+    cls: type, name: str, *flags: str, help: str | None = None, **extra: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A click option for field ``name`` of ``cls``: default and help come from the field.
+
+    ``flags`` default to ``--field-name``; ``help`` replaces the docstring where the
+    CLI needs a different wording; ``extra`` goes to ``click.option`` as it is.
+    """
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fld = fields[name]
+    hints = typing.get_type_hints(cls)
+    click_type, is_flag = _click_type(hints[name])
+    default = fld.default if fld.default is not dataclasses.MISSING else None
+    kwargs: dict[str, Any] = {
+        "default": default,
+        "help": help or field_docs(cls)[name],
+        "show_default": default is not None and not is_flag,
+    }
+    if is_flag:
+        kwargs["is_flag"] = True
+    elif click_type is not None:
+        kwargs["type"] = click_type
+    kwargs.update(extra)
+    flag = "--" + name.removesuffix("_s").replace("_", "-")
+    if is_flag and _is_optional(hints[name]):
+        # None means "decide for me": --x/--no-x with no default of their own.
+        kwargs.pop("is_flag")
+        flag = f"{flag}/--no-{flag[2:]}"
+    names = flags or (flag,)
+    return click.option(*names, name, **kwargs)
