@@ -28,7 +28,8 @@ from typing import Any
 
 from tracebank.loop.config import AlgorithmConfig
 from tracebank.loop.errors import LoopUsageError
-from tracebank.loop.round import OnEvent, RoundResult, next_model_path, serve_round
+from tracebank.loop.round import RoundResult, next_model_path, serve_round
+from tracebank.warehouse.events import IterationStarted, OnEvent
 from tracebank.warehouse.layout import Warehouse
 
 CLASS_NAMES = ("WarehouseSupervisedFinetuning",)
@@ -55,10 +56,7 @@ async def run_iterations(
         for i in range(config.iterations):
             round_config = config.round.with_stages(then="train", tag=f"iter-{i}")
             output = models_dir / next_model_path(model).name
-            emit({"event": "iteration", "iteration": i, "model": str(model), "output": str(output)})
-
-            def tagged(event: dict[str, Any], i: int = i) -> None:
-                emit({**event, "iteration": i})
+            emit(IterationStarted(i, str(model), str(output)))
 
             result = await serve_round(
                 store,
@@ -69,7 +67,7 @@ async def run_iterations(
                 proxy=proxy,
                 iteration=i,
                 output_model=output,
-                on_event=tagged,
+                on_event=emit,
             )
             results.append(result)
             assert result.next_model is not None
@@ -91,7 +89,7 @@ def _classes() -> dict[str, type]:
             warehouse: the warehouse folder (or a Warehouse).
             initial_model: the model folder the first iteration serves (``models/version_0``).
             config: iterations, where models go, and the settings of each round.
-            on_event: called with progress events (dicts with an ``event`` key).
+            on_event: called with typed progress events (tracebank.warehouse.events).
             close_store: close the store client at the end of ``run`` (when the caller made it
                 for this Algorithm alone; its HTTP sessions belong to ``run``'s event loop).
         """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,6 @@ from typing import Any
 from tracebank.loop.errors import LoopUsageError
 from tracebank.train.config import TrainConfig
 from tracebank.transform.config import TransformConfig
-
-#: The stages' own defaults, so a round's settings and theirs are written once.
-_TRANSFORM = TransformConfig(name="rounds")
-_TRAIN = TrainConfig(dataset="", base_model="", output="")
 
 SERVERS = ("vllm", "cpu")
 #: What a round chains after its rollouts, in order; each includes the ones before it.
@@ -62,29 +57,27 @@ class ServerConfig:
         return self
 
 
+def train_template(**fields: Any) -> TrainConfig:
+    """A TrainConfig whose dataset, base model and output the round fills in."""
+    return TrainConfig(dataset="", base_model="", output="", **fields)
+
+
 @dataclass(frozen=True)
 class StagesConfig:
-    """What a round runs after its rollouts: collect, then transform, then train (``--then``)."""
+    """What a round runs after its rollouts: collect, then transform, then train (``--then``).
+
+    The transform and train settings are the stages' own configs, embedded: a round fills in
+    what only it knows (its collection, the dataset version it wrote, the model it served).
+    """
 
     then: str = "none"
     """Chain the stages after the rollouts, up to this one."""
     tag: str | None = None
     """Tag of the round's collection (iter-N in the Algorithm)."""
-    dataset_name: str = "rounds"
-    """Dataset the round's transform writes its next version of."""
-    top_fraction: float = _TRANSFORM.top_fraction
-    """Share of the round's rows kept by reward: the transform's default (1.0, keep all; the recipe's
-    train_triplet_fraction is 0.5)."""
-    seed: int = _TRANSFORM.seed
-    """Seed of the transform's selection and shuffle."""
-    backend: str = _TRAIN.backend
-    """Training backend: auto (Unsloth on CUDA when installed, else TRL+PEFT), unsloth or trl."""
-    max_steps: int | None = None
-    """Optimizer steps of the training run (default: one epoch)."""
-    train_timeout_s: float | None = None
-    """Seconds training may run before it is stopped and recorded failed; no limit when None."""
-    train_options: dict[str, Any] = field(default_factory=dict)
-    """Further TrainConfig fields (``learning_rate``, ``batch_size``, ``save``...), passed as they are."""
+    transform: TransformConfig = field(default_factory=lambda: TransformConfig(name="rounds"))
+    """How the round's dataset version is built (its collections are the round's own)."""
+    train: TrainConfig = field(default_factory=train_template)
+    """How the next model is trained (dataset, base model and output are the round's own)."""
 
     def includes(self, stage: str) -> bool:
         """Whether ``stage`` runs in this round."""
@@ -93,10 +86,8 @@ class StagesConfig:
     def validate(self) -> StagesConfig:
         if self.then not in THEN:
             raise LoopUsageError(f"unknown --then {self.then!r}", f"use one of {', '.join(THEN[1:])}")
-        if not 0 < self.top_fraction <= 1 or math.isnan(self.top_fraction):
-            raise LoopUsageError(f"--top-fraction must be in (0, 1], got {self.top_fraction}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise LoopUsageError(f"--max-steps must be at least 1, got {self.max_steps}")
+        self.transform.validate()
+        replace(self.train, dataset="-", base_model="-", output="-").validate()
         return self
 
 
@@ -164,6 +155,17 @@ class AlgorithmConfig:
         return self
 
 
+#: Training settings of the demo's tiny model.
+DEMO_TRAIN_OPTIONS: dict[str, Any] = {
+    "learning_rate": 2e-3,
+    "warmup_steps": 0,
+    "batch_size": 2,
+    "grad_accum": 1,
+    "lora_r": 8,
+    "lora_alpha": 16,
+}
+
+
 @dataclass(frozen=True)
 class DemoConfig:
     """``tracebank demo``: everything local, sized to finish in minutes on two CPU cores."""
@@ -176,18 +178,17 @@ class DemoConfig:
     """agentlightning runner processes."""
     iterations: int = 1
     """Algorithm iterations (each one serves, rolls out, collects, transforms and trains)."""
-    max_steps: int = 16
-    """Optimizer steps of each training run."""
-    top_fraction: float = 0.5
-    """Share of rows kept by reward."""
-    dataset_name: str = "demo"
-    """Dataset the demo writes versions of."""
     seed: int = 0
-    """Seed of the toy tasks, the tiny model and the selection."""
+    """Seed of the toy tasks and the tiny model."""
+    transform: TransformConfig = field(default_factory=lambda: TransformConfig(name="demo", top_fraction=0.5))
+    """How each iteration's dataset version is built (the recipe's top half by reward)."""
+    train: TrainConfig = field(default_factory=lambda: train_template(max_steps=16, **DEMO_TRAIN_OPTIONS))
+    """How each iteration trains; a tiny model learns nothing at the recipe's 2e-4 in a few steps."""
     timeout_s: float = 240.0
     """Seconds each iteration's rollouts may take."""
 
     def validate(self) -> DemoConfig:
-        if self.rollouts < 1 or self.runners < 1 or self.iterations < 1 or self.max_steps < 1:
-            raise LoopUsageError("rollouts, runners, iterations and max steps must be at least 1")
+        if self.rollouts < 1 or self.runners < 1 or self.iterations < 1:
+            raise LoopUsageError("rollouts, runners and iterations must be at least 1")
+        StagesConfig(transform=self.transform, train=self.train).validate()
         return self

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from tracebank.loop.config import AlgorithmConfig, DemoConfig, RoundConfig, ServerConfig, StagesConfig
 from tracebank.loop.local import agl_store
-from tracebank.loop.round import OnEvent, RoundResult
+from tracebank.loop.round import RoundResult
+from tracebank.warehouse.events import ModelReady, OnEvent, StoreStarted
 from tracebank.warehouse.layout import Warehouse
 
 if TYPE_CHECKING:
@@ -27,15 +28,6 @@ if TYPE_CHECKING:
 
 #: The tiny model's weight scale: large enough that a few LoRA steps visibly move the loss.
 TINY_INIT_RANGE = 0.2
-#: Training settings of the demo: a tiny model learns nothing at the recipe's 2e-4 in a few steps.
-DEMO_TRAIN_OPTIONS: dict[str, Any] = {
-    "learning_rate": 2e-3,
-    "warmup_steps": 0,
-    "batch_size": 2,
-    "grad_accum": 1,
-    "lora_r": 8,
-    "lora_alpha": 16,
-}
 
 
 @dataclass
@@ -91,9 +83,9 @@ def run_demo(wh: Warehouse, config: DemoConfig | None = None, on_event: OnEvent 
     work = Path(config.work_dir).expanduser().resolve()
     logs = work / "logs"
     model, built = prepare_model(work, config.seed)
-    emit({"event": "model", "model": str(model), "built": built})
+    emit(ModelReady(str(model), built))
     with agl_store(logs / "agl-store.log") as url:
-        emit({"event": "store", "url": url})
+        emit(StoreStarted(url))
         setup_s = time.perf_counter() - t0
         algo = _train_with_agentlightning(url, wh, model, config, logs, emit)
     result = DemoResult(store_url=url, base_model=model, rounds=list(algo.results))
@@ -123,12 +115,8 @@ def _train_with_agentlightning(
         server=ServerConfig(kind="cpu", default_max_tokens=16, threads=1),
         stages=StagesConfig(
             then="train",
-            dataset_name=config.dataset_name,
-            top_fraction=config.top_fraction,
-            seed=config.seed,
-            backend="auto",
-            max_steps=config.max_steps,
-            train_options=dict(DEMO_TRAIN_OPTIONS),
+            transform=config.transform,
+            train=config.train,
         ),
         timeout_s=config.timeout_s,
         poll_interval_s=0.5,

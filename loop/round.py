@@ -23,13 +23,26 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracebank.loop.config import RoundConfig
 from tracebank.loop.errors import LoopError, LoopUsageError, NoSucceededRolloutsError, RoundTimeoutError
 from tracebank.loop.servers import check_model_dir, launch, served_name
+from tracebank.warehouse.events import (
+    Collected,
+    Event,
+    OnEvent,
+    ProxyReady,
+    RolledOut,
+    RolloutProgress,
+    ServerReady,
+    ServerStarting,
+    Trained,
+    TrainingStarted,
+    Transformed,
+)
 from tracebank.warehouse.layout import Warehouse
 
 if TYPE_CHECKING:
@@ -37,7 +50,6 @@ if TYPE_CHECKING:
     from tracebank.train import RunRecord
     from tracebank.transform import TransformResult
 
-OnEvent = Callable[[dict[str, Any]], None]
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
@@ -178,15 +190,7 @@ async def _wait_for_rollouts(
         if len(done) != last:
             last = len(done)
             succeeded = sum(r.status == "succeeded" for r in done.values())
-            emit(
-                {
-                    "event": "rollouts",
-                    "done": last,
-                    "total": len(rollout_ids),
-                    "succeeded": succeeded,
-                    "failed": last - succeeded,
-                }
-            )
+            emit(RolloutProgress(last, len(rollout_ids), succeeded, last - succeeded))
         if len(done) == len(rollout_ids):
             return [done[rid] for rid in rollout_ids]
         if time.monotonic() >= deadline:
@@ -277,7 +281,7 @@ async def serve_round(
         log_dir / f"{config.server.kind}-server-{time.strftime('%Y%m%d-%H%M%S')}.log" if log_dir else None
     )
     name = served_name(model_path, config.server)
-    emit({"event": "serving", "model": str(model_path), "server": config.server.kind, "log": log_path})
+    emit(ServerStarting(str(model_path), config.server.kind, str(log_path) if log_path else None))
     starting = threading.Event()
     server = await _blocking(
         launch,
@@ -292,7 +296,7 @@ async def serve_round(
     started_proxy = None
     try:
         seconds["serve"] = time.perf_counter() - t0
-        emit({"event": "served", "url": server.base_url, "seconds": seconds["serve"]})
+        emit(ServerReady(server.base_url, seconds["serve"]))
         proxy_config = ProxyConfig(
             backend_url=server.base_url,
             backend_model=name,
@@ -310,13 +314,7 @@ async def serve_round(
             await proxy.restart()
         seconds["proxy"] = time.perf_counter() - t
         resources = await store.add_resources({config.resource_name: proxy.as_resource()})
-        emit(
-            {
-                "event": "proxy",
-                "url": proxy.as_resource().get_base_url(None, None),
-                "resources_id": resources.resources_id,
-            }
-        )
+        emit(ProxyReady(proxy.as_resource().get_base_url(None, None), resources.resources_id))
         t = time.perf_counter()
         rollout_ids = await _enqueue(store, tasks, config.mode, resources.resources_id)
         finished = await _wait_for_rollouts(store, rollout_ids, config, emit)
@@ -342,14 +340,7 @@ async def serve_round(
         iteration=iteration,
         seconds=seconds,
     )
-    emit(
-        {
-            "event": "rolled_out",
-            "statuses": statuses,
-            "spans": sum(spans.values()),
-            "seconds": seconds["rollouts"],
-        }
-    )
+    emit(RolledOut(statuses, sum(spans.values()), seconds["rollouts"]))
     if stages.includes("collect"):
         assert wh is not None
         await _chain(store, wh, result, config, output_model, emit)
@@ -387,13 +378,7 @@ async def _chain(
         store, wh, CollectConfig(rollout_ids=tuple(result.rollout_ids), tag=stages.tag, extra=extra)
     )
     result.seconds["collect"] = time.perf_counter() - t
-    emit(
-        {
-            "event": "collected",
-            "summary": result.collection.summary(),
-            "collection_id": result.collection.collection_id,
-        }
-    )
+    emit(Collected(result.collection.summary(), result.collection.collection_id))
     if not stages.includes("transform"):
         return
     if not result.collection.committed:
@@ -401,49 +386,41 @@ async def _chain(
             "the round's rollouts were already collected, so there is nothing new to transform",
             "run `tracebank transform` on the existing collection instead",
         )
-    from tracebank.transform import TransformConfig, transform
+    from tracebank.transform import transform
 
     t = time.perf_counter()
     assert result.collection.collection_id is not None
-    tconfig = TransformConfig(
-        name=stages.dataset_name,
+    tconfig = replace(
+        stages.transform,
         collections=(result.collection.collection_id,),
-        top_fraction=stages.top_fraction,
-        seed=stages.seed,
-        extra={"round": extra["round"]},
+        extra={**stages.transform.extra, "round": extra["round"]},
     )
     # A cancelled round waits for the transform to finish: it commits whole or not at all.
     result.dataset = await _blocking(transform, wh, tconfig)
     result.seconds["transform"] = time.perf_counter() - t
-    emit({"event": "transformed", "summary": result.dataset.summary(), "dataset": str(result.dataset.ref)})
+    emit(Transformed(result.dataset.summary(), str(result.dataset.ref)))
     if not stages.includes("train"):
         return
-    from tracebank.train import TrainConfig, train
+    from tracebank.train import train
 
     t = time.perf_counter()
     output = Path(output_model) if output_model is not None else next_model_path(result.model)
-    train_config = TrainConfig(
-        dataset=str(result.dataset.ref),
-        base_model=result.model,
-        output=str(output),
-        backend=stages.backend,
-        max_steps=stages.max_steps,
-        timeout=stages.train_timeout_s,
-        **stages.train_options,
+    train_config = replace(
+        stages.train, dataset=str(result.dataset.ref), base_model=result.model, output=str(output)
     )
-    emit({"event": "training", "dataset": str(result.dataset.ref), "output": str(output)})
+    emit(TrainingStarted(str(result.dataset.ref), str(output)))
     stop = threading.Event()
 
-    def on_train_event(event: dict[str, Any]) -> None:
+    def on_train_event(event: Event) -> None:
         # train() calls this from its event pump: raising here makes it kill the training child
         # and record the run failed ("interrupted") instead of publishing a model nobody waits for.
         if stop.is_set():
             raise KeyboardInterrupt
-        emit({**event, "event": f"train.{event.get('event')}"})
+        emit(event)
 
     result.run = await _blocking(train, wh, train_config, on_train_event, cancel=stop)
     result.seconds["train"] = time.perf_counter() - t
-    emit({"event": "trained", "run_id": result.run.run_id, "output": result.run.output_dir})
+    emit(Trained(result.run.run_id, result.run.output_dir, result.iteration))
 
 
 def _fmt(statuses: dict[str, int]) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tracebank.loop.config import ServerConfig
 from tracebank.loop.errors import LoopUsageError
+from tracebank.serve.config import CpuServerConfig
 from tracebank.serve.process import ServerProcess, cpu_server_command, free_port, start_server
 
 #: The checkout root: the CPU server child imports ``serve`` from it even when tracebank is not installed.
@@ -66,15 +67,16 @@ def vllm_command(model: Path, port: int, config: ServerConfig) -> list[str]:
 def server_command(model: Path, port: int, config: ServerConfig) -> list[str]:
     """The command line that serves ``model`` on ``port``."""
     if config.kind == "cpu":
-        cmd = cpu_server_command(
-            model,
-            port,
-            config.host,
-            served_name(model, config),
-            config.max_model_len,
-            config.default_max_tokens,
-            config.threads,
+        cpu = CpuServerConfig(
+            model=model,
+            host=config.host,
+            port=port,
+            served_model_name=served_name(model, config),
+            max_model_len=config.max_model_len,
+            default_max_tokens=config.default_max_tokens,
+            threads=config.threads,
         )
+        cmd = cpu_server_command(cpu)
         return cmd + list(config.extra_args)
     return vllm_command(model, port, config)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +33,32 @@ class CpuServerConfig:
     def model_name(self) -> str:
         """The name the server answers to."""
         return self.served_model_name or str(self.model)
+
+    def to_argv(self) -> list[str]:
+        """The server's command-line flags for these settings: ``--field-name value``, None left out."""
+        argv: list[str] = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                argv += [_flag(f.name), str(value)]
+        return argv
+
+    @classmethod
+    def from_argv(cls, argv: list[str] | None = None, prog: str | None = None) -> CpuServerConfig:
+        """Parse the flags ``to_argv`` writes (defaults and types are the fields')."""
+        parser = argparse.ArgumentParser(prog=prog, description=cls.__doc__)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
+            if f.default is dataclasses.MISSING:
+                parser.add_argument(_flag(f.name), type=kind, required=True)
+            else:
+                parser.add_argument(_flag(f.name), type=kind, default=f.default)
+        return cls(**vars(parser.parse_args(argv)))
+
+
+def _flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
 
 
 @dataclass(frozen=True)

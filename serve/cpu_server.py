@@ -33,7 +33,6 @@ Run it like ``vllm serve``::
 
 from __future__ import annotations
 
-import argparse
 import json
 import queue
 import secrets
@@ -551,24 +550,8 @@ def create_app(model: ChatModel) -> Any:
 
 
 def parse_args(argv: list[str] | None = None) -> CpuServerConfig:
-    parser = argparse.ArgumentParser(prog="python -m serve.cpu_server", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="local Hugging Face model folder")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--served-model-name", default=None)
-    parser.add_argument("--max-model-len", type=int, default=None)
-    parser.add_argument("--default-max-tokens", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=None)
-    a = parser.parse_args(argv)
-    return CpuServerConfig(
-        model=Path(a.model),
-        host=a.host,
-        port=a.port,
-        served_model_name=a.served_model_name,
-        max_model_len=a.max_model_len,
-        default_max_tokens=a.default_max_tokens,
-        threads=a.threads,
-    )
+    """The server's flags: one per CpuServerConfig field."""
+    return CpuServerConfig.from_argv(argv, prog="python -m tracebank.serve.cpu_server")
 
 
 def serve(config: CpuServerConfig) -> None:

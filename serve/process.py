@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from tracebank.serve.config import CpuServerConfig
 from tracebank.serve.errors import ServerStartError
 
 
@@ -40,37 +41,9 @@ def is_healthy(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def cpu_server_command(
-    model: str | Path,
-    port: int,
-    host: str = "127.0.0.1",
-    served_model_name: str | None = None,
-    max_model_len: int | None = None,
-    default_max_tokens: int | None = None,
-    threads: int | None = None,
-) -> list[str]:
-    """The command line that serves ``model`` with the CPU server, like ``vllm serve`` would."""
-    cmd = [
-        sys.executable,
-        "-P",
-        "-m",
-        "tracebank.serve.cpu_server",
-        "--model",
-        str(model),
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
-    if served_model_name:
-        cmd += ["--served-model-name", served_model_name]
-    if max_model_len:
-        cmd += ["--max-model-len", str(max_model_len)]
-    if default_max_tokens:
-        cmd += ["--default-max-tokens", str(default_max_tokens)]
-    if threads:
-        cmd += ["--threads", str(threads)]
-    return cmd
+def cpu_server_command(config: CpuServerConfig) -> list[str]:
+    """The command line that serves ``config.model`` with the CPU server, like ``vllm serve`` would."""
+    return [sys.executable, "-P", "-m", "tracebank.serve.cpu_server", *config.to_argv()]
 
 
 @dataclass
@@ -178,7 +151,15 @@ def start_cpu_server(
     threads: int | None = None,
 ) -> ServerProcess:
     """Serve ``model`` with ``python -m tracebank.serve.cpu_server`` on ``port`` (a free one when None)."""
-    port = port or free_port(host)
-    cmd = cpu_server_command(model, port, host, served_model_name, max_model_len, default_max_tokens, threads)
-    root = f"http://{host}:{port}"
+    config = CpuServerConfig(
+        model=Path(model),
+        host=host,
+        port=port or free_port(host),
+        served_model_name=served_model_name,
+        max_model_len=max_model_len,
+        default_max_tokens=default_max_tokens or CpuServerConfig.default_max_tokens,
+        threads=threads,
+    )
+    cmd = cpu_server_command(config)
+    root = f"http://{host}:{config.port}"
     return start_server(cmd, f"{root}/v1", f"{root}/health", log_path, timeout)

@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,16 @@ from tracebank.train.dataset import DatasetVersion, open_version, verify
 from tracebank.train.errors import TrainConfigError, TrainError
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
 from tracebank.warehouse.errors import TracebankError
+from tracebank.warehouse.events import (
+    Metric,
+    OnEvent,
+    RunChecked,
+    RunFinished,
+    RunStarted,
+    event_from_dict,
+)
 from tracebank.warehouse.layout import Warehouse
 
-OnEvent = Callable[[dict[str, Any]], None]
 KILL_GRACE_S = 5.0
 
 
@@ -151,27 +157,16 @@ class _ChildRun:
                 record.model["note"] = event["note"]
             self.writer.write()
         elif kind == "metric":
-            metric = {
-                k: event.get(k)
-                for k in (
-                    "step",
-                    "epoch",
-                    "split",
-                    "loss",
-                    "learning_rate",
-                    "grad_norm",
-                    "tokens",
-                    "time",
-                    "token_accuracy",
-                )
-            }
+            metric = Metric.from_dict(event).to_dict()
             self.metrics.append(metric)
             self.writer.append_metric(metric)
         elif kind == "done":
             self.result = event
         elif kind == "error":
             self.error = event
-        self.on_event({"run_id": record.run_id, **event})
+        typed = event_from_dict({"run_id": record.run_id, **event})
+        if typed is not None:
+            self.on_event(typed)
 
     def failure(self) -> TrainError | None:
         """The reason the run failed, or None when it succeeded."""
@@ -219,6 +214,9 @@ def _spec(
     }
 
 
+_CHECKED_FIELDS = ("rows", "max_length", "truncated_rows")
+
+
 def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -> RunRecord:
     """Train ``config.base_model`` on ``config.dataset``; return the run record (status succeeded).
 
@@ -249,7 +247,7 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
     )
     writer = RunWriter(wh, record)
     record.log_file = str(writer.folder / "train.log")
-    emit({"event": "run", "run_id": run_id, "dataset": version.label, "run_dir": str(writer.folder)})
+    emit(RunStarted(run_id=run_id, dataset=version.label, run_dir=str(writer.folder)))
     scratch = wh.tmp_dir / f"train-{run_id}"
     staging = output.parent / f".{output.name}.tmp-{run_id}"
     wall = time.perf_counter()
@@ -272,7 +270,17 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
             "max_positions": facts.max_positions,
         }
         writer.write()
-        emit({"event": "checked", "run_id": run_id, **record.data})
+        emit(
+            RunChecked(
+                run_id=run_id,
+                rows=plan.rows,
+                max_length=plan.max_length,
+                truncated_rows=plan.truncated_rows,
+                extra={
+                    k: v for k, v in record.data.items() if k not in ("rows", "max_length", "truncated_rows")
+                },
+            )
+        )
 
         scratch.mkdir(parents=True, exist_ok=True)
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -303,13 +311,5 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(staging, ignore_errors=True)
     writer.finish("succeeded")
-    emit(
-        {
-            "event": "finished",
-            "run_id": run_id,
-            "status": "succeeded",
-            "summary": record.summary,
-            "output_dir": str(output),
-        }
-    )
+    emit(RunFinished(run_id=run_id, status="succeeded", summary=record.summary, output_dir=str(output)))
     return record

@@ -8,11 +8,12 @@ stay in the warehouse.
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 
 import pytest
 from tracebank.loop import DemoConfig, LoopUsageError
 from tracebank.loop.demo import run_demo
+from tracebank.warehouse.events import Event, IterationStarted, MetricLogged, Trained
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
 
@@ -23,9 +24,14 @@ ROLLOUTS = 4
 def demo_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo")
     wh = Warehouse(tmp / "warehouse")
-    events: list[dict] = []
+    events: list[Event] = []
     config = DemoConfig(
-        work_dir=tmp / "models", rollouts=ROLLOUTS, runners=2, iterations=2, max_steps=2, timeout_s=120
+        work_dir=tmp / "models",
+        rollouts=ROLLOUTS,
+        runners=2,
+        iterations=2,
+        train=replace(DemoConfig().train, max_steps=2),
+        timeout_s=120,
     )
     result = run_demo(wh, config, on_event=events.append)
     return result, wh, tmp / "models", events
@@ -96,9 +102,12 @@ def test_the_summary_queries_run_and_return_rows(demo_run):
 
 def test_progress_events_name_their_iteration(demo_run):
     _, _, _, events = demo_run
-    starts = [e for e in events if e["event"] == "iteration"]
-    assert [e["iteration"] for e in starts] == [0, 1]
-    assert json.dumps([e for e in events if e["event"] == "trained"], default=str).count("iteration") == 2
+    starts = [e for e in events if isinstance(e, IterationStarted)]
+    assert [e.iteration for e in starts] == [0, 1]
+    assert [e.iteration for e in events if isinstance(e, Trained)] == [0, 1]
+    # training progress reaches the Algorithm's caller too (demo and round render it)
+    steps = [e.metric.step for e in events if isinstance(e, MetricLogged) and e.metric.split == "train"]
+    assert steps == [*range(1, len(steps) // 2 + 1)] * 2 and steps
 
 
 def test_the_algorithm_refuses_to_run_without_tasks():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,11 @@ from tracebank.loop import (
     load_tasks,
     next_model_path,
 )
+from tracebank.loop.config import train_template
 from tracebank.loop.servers import server_command
 from tracebank.loop.toy_agent import make_tasks, similarity
+from tracebank.transform.config import TransformConfig
+from tracebank.warehouse.errors import TracebankError
 
 
 @pytest.mark.parametrize(
@@ -96,14 +100,20 @@ def test_cpu_command_serves_the_same_model_name(tmp_path):
         (RoundConfig(server=ServerConfig(kind="tgi")), "unknown server 'tgi'"),
         (RoundConfig(server=ServerConfig(gpu_memory_utilization=1.5)), "--gpu-memory-utilization must be in"),
         (RoundConfig(stages=StagesConfig(then="deploy")), "unknown --then 'deploy'"),
-        (RoundConfig(stages=StagesConfig(max_steps=0)), "--max-steps must be at least 1"),
+        (RoundConfig(stages=StagesConfig(train=train_template(max_steps=0))), "max steps must be at least 1"),
+        (
+            RoundConfig(stages=StagesConfig(transform=TransformConfig(name="x", top_fraction=2.0))),
+            "--top-fraction must be in (0, 1], got 2.0",
+        ),
         (RoundConfig(timeout_s=0), "timeout must be positive"),
         (RoundConfig(mode="eval"), "unknown rollout mode 'eval'"),
     ],
 )
 def test_bad_round_configs(config, message):
-    with pytest.raises(LoopUsageError, match=message.replace("(", r"\(")):
+    # the embedded stage configs raise their own usage errors; the CLI prints any as one line
+    with pytest.raises(TracebankError, match=re.escape(message)) as raised:
         config.validate()
+    assert raised.value.exit_code == 2
 
 
 def test_stages_include_the_ones_before():

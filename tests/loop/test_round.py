@@ -16,7 +16,10 @@ import time
 
 import pytest
 from tracebank.loop import LocalRunners, RoundConfig, RoundTimeoutError, ServerConfig, StagesConfig, run_round
+from tracebank.loop.config import train_template
 from tracebank.loop.toy_agent import LOG_ENV, make_tasks, read_log, toy_agent
+from tracebank.transform.config import TransformConfig
+from tracebank.warehouse.events import Event, RolloutProgress, ServerReady
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
 
@@ -36,12 +39,15 @@ def round_run(store_url, model_v0, tmp_path_factory):
         config = RoundConfig(
             server=CPU,
             stages=StagesConfig(
-                then="train", dataset_name="toy", top_fraction=0.5, max_steps=2, tag="round-test"
+                then="train",
+                tag="round-test",
+                transform=TransformConfig(name="toy", top_fraction=0.5),
+                train=train_template(max_steps=2),
             ),
             timeout_s=120,
             poll_interval_s=0.3,
         )
-        events: list[dict] = []
+        events: list[Event] = []
         with LocalRunners(store_url, toy_agent(), n=2):
             result = run_round(
                 store_url, make_tasks(N_TASKS, seed=1), model_v0, config, wh=wh, on_event=events.append
@@ -64,8 +70,8 @@ def test_every_rollout_succeeded_and_was_collected_with_its_tag(round_run):
     rollouts = run_sql(wh, "SELECT rollout_id, status, resources_id FROM rollouts").to_pylist()
     assert sorted(r["rollout_id"] for r in rollouts) == sorted(result.rollout_ids)
     assert {(r["status"], r["resources_id"]) for r in rollouts} == {("succeeded", result.resources_id)}
-    progress = [e for e in events if e["event"] == "rollouts"]
-    assert progress[-1]["done"] == progress[-1]["total"] == N_TASKS
+    progress = [e for e in events if isinstance(e, RolloutProgress)]
+    assert progress[-1].done == progress[-1].total == N_TASKS
 
 
 def test_the_proxy_recorded_token_ids_for_every_call_the_agent_made(round_run, model_v0):
@@ -163,13 +169,13 @@ def _listening(url: str) -> bool:
 
 def test_a_round_without_runners_times_out_and_stops_its_server(store_url, model_v0):
     config = RoundConfig(server=CPU, timeout_s=1.5, poll_interval_s=0.3)
-    events: list[dict] = []
+    events: list[Event] = []
     t0 = time.monotonic()
     with pytest.raises(RoundTimeoutError, match=r"2 of 2 rollouts unfinished after 1.5s"):
         run_round(store_url, [{"text": "a"}, {"text": "b"}], model_v0, config, on_event=events.append)
     assert time.monotonic() - t0 < 60
-    [served] = [e for e in events if e["event"] == "served"]
-    assert not _listening(served["url"])
+    [served] = [e for e in events if isinstance(e, ServerReady)]
+    assert not _listening(served.url)
     statuses = asyncio.run(_statuses(store_url, "a", "b"))
     assert statuses == ["cancelled", "cancelled"]  # no runner arriving later picks them up
 

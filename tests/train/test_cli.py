@@ -49,7 +49,11 @@ def cli_run(qa_wh, tiny_model, tmp_path_factory):
 def test_train_streams_progress_and_ends_with_one_summary_line(cli_run):
     result, out = cli_run
     assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
+    # progress goes to stderr, each line timed (CliRunner's stderr is no terminal); stdout is the result
+    timed = result.stderr.splitlines()
+    assert all(re.match(r"\[ *\d+\.\ds\] ", line) for line in timed), timed
+    lines = [line.split("] ", 1)[1] for line in timed] + result.stdout.splitlines()
+    assert len(result.stdout.splitlines()) == 1
     run_id = re.fullmatch(r"run (\S+): training on qa@v1", lines[0]).group(1)
     assert lines[1] == "checked: 16 train, 8 validation rows, max length 55 tokens"
     assert re.fullmatch(
@@ -121,7 +125,11 @@ def test_failed_run_exits_non_zero_with_one_line(qa_wh, tmp_path, warehouse_posi
         str(tmp_path / "o"),
     )
     assert result.exit_code == 1
-    assert result.stderr == f"Error: {model} has no config.json (is this a Hugging Face model folder?)\n"
+    # progress (on stderr) came first; the error is the last line, and stdout stays empty
+    assert result.stdout == ""
+    assert result.stderr.endswith(
+        f"\nError: {model} has no config.json (is this a Hugging Face model folder?)\n"
+    )
 
 
 def test_runs_list_and_show(qa_wh, cli_run, warehouse_position):

@@ -10,6 +10,7 @@ import pytest
 from tracebank.train import TrainConfig, TrainError, train
 from tracebank.warehouse import catalog
 from tracebank.warehouse.errors import CorruptFileError, NotFoundError
+from tracebank.warehouse.events import ChildStarted, Event, TrainBegin
 from tracebank.warehouse.layout import Warehouse
 
 from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
@@ -63,11 +64,11 @@ def test_tampered_file_fails_before_training(wh, tmp_path, tiny_model):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, different content
     path.write_bytes(bytes(data))
-    events: list[dict] = []
+    events: list[Event] = []
     with pytest.raises(CorruptFileError) as exc:
         train(wh, _config(tmp_path, tiny_model), on_event=events.append)
     _assert_failed(wh, tmp_path, exc, "does not match its sha256")
-    assert not [e for e in events if e["event"] in ("started", "checked")]  # no child, no checks
+    assert not [e for e in events if e.kind in ("started", "checked")]  # no child, no checks
 
 
 def test_token_id_beyond_vocabulary(tmp_path, tiny_model, tokenizer):
@@ -113,9 +114,9 @@ def test_child_killed_by_a_signal(wh, tmp_path, tiny_model):
     pid: dict[str, int] = {}
 
     def on_event(event):
-        if event["event"] == "started":
-            pid["child"] = event["pid"]
-        if event["event"] == "train_begin":
+        if isinstance(event, ChildStarted):
+            pid["child"] = event.pid
+        if isinstance(event, TrainBegin):
             os.kill(pid["child"], signal.SIGKILL)
 
     with pytest.raises(TrainError) as exc:
@@ -127,8 +128,8 @@ def test_timeout_kills_the_child(wh, tmp_path, tiny_model):
     pid: dict[str, int] = {}
 
     def on_event(event):
-        if event["event"] == "started":
-            pid["child"] = event["pid"]
+        if isinstance(event, ChildStarted):
+            pid["child"] = event.pid
 
     with pytest.raises(TrainError) as exc:
         train(wh, _config(tmp_path, tiny_model, max_steps=100_000, timeout=3), on_event=on_event)

@@ -7,6 +7,7 @@ import json
 import pytest
 from tracebank.train import TrainConfig, train
 from tracebank.warehouse import catalog
+from tracebank.warehouse.events import Event, MetricLogged
 from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.datasets import QA_PAIRS, SYSTEM, chat_row, write_dataset
@@ -16,7 +17,7 @@ from tests.train.conftest import FAST
 @pytest.fixture(scope="module")
 def merged_run(qa_wh, tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("merged") / "model"
-    events: list[dict] = []
+    events: list[Event] = []
     record = train(
         qa_wh,
         TrainConfig(dataset="qa", base_model=str(tiny_model), output=str(out), **FAST),
@@ -47,8 +48,8 @@ def test_loss_falls_on_a_memorisable_set(merged_run):
     assert s["train_loss_last"] < 0.2 * s["train_loss_first"]
     assert s["eval_loss_best"] < 0.5
     assert s["trained_tokens"] > 0 and s["tokens_per_s"] > 0
-    metric_events = [e for e in events if e["event"] == "metric"]
-    assert len([e for e in metric_events if e["split"] == "eval"]) == 6  # one evaluation per epoch
+    metric_events = [e for e in events if isinstance(e, MetricLogged)]
+    assert len([e for e in metric_events if e.metric.split == "eval"]) == 6  # one evaluation per epoch
 
 
 def test_merged_output_loads_with_transformers_and_answers(merged_run, tokenizer):

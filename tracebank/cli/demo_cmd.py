@@ -6,99 +6,32 @@ import contextlib
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import click
 
 from tracebank.cli.options import config_option, pass_warehouse
 from tracebank.cli.output import render
-from tracebank.loop.config import SERVERS, THEN, DemoConfig, RoundConfig, ServerConfig, StagesConfig
-from tracebank.train.config import BACKENDS
-
-
-class Reporter:
-    """Turns loop events into progress lines and a rollout progress bar on ``stream``."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.bar: Any = None
-        self.task: Any = None
-
-    def line(self, text: str) -> None:
-        self._close_bar()
-        print(text, file=self.stream, flush=True)
-
-    def _close_bar(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
-
-    def _progress(self, event: dict[str, Any]) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        if self.bar is None:
-            self.bar = Progress(
-                TextColumn("rollouts"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[detail]}"),
-                TimeElapsedColumn(),
-                console=Console(file=self.stream),
-                transient=False,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("rollouts", total=event["total"], detail="")
-        detail = f"{event['succeeded']} ok" + (f", {event['failed']} failed" if event["failed"] else "")
-        self.bar.update(self.task, completed=event["done"], detail=detail)
-        if event["done"] >= event["total"]:
-            self._close_bar()
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        prefix = f"[iter {event['iteration']}] " if event.get("iteration") is not None else ""
-        if kind == "rollouts":
-            self._progress(event)
-        elif kind == "model":
-            self.line(("built the tiny model " if event["built"] else "starting from ") + event["model"])
-        elif kind == "store":
-            self.line(f"agl store running at {event['url']}")
-        elif kind == "iteration":
-            self.line(f"{prefix}serve {event['model']} -> train {event['output']}")
-        elif kind == "serving":
-            log = f" (log {event['log']})" if event.get("log") else ""
-            self.line(f"{prefix}starting the {event['server']} model server{log}")
-        elif kind == "served":
-            self.line(f"{prefix}model server healthy at {event['url']} after {event['seconds']:.1f}s")
-        elif kind == "proxy":
-            self.line(f"{prefix}LLM proxy at {event['url']}, published as resource {event['resources_id']}")
-        elif kind == "rolled_out":
-            statuses = ", ".join(f"{n} {s}" for s, n in sorted(event["statuses"].items()))
-            self.line(
-                f"{prefix}rollouts done in {event['seconds']:.1f}s: {statuses}; {event['spans']} spans "
-                "in the store; model server stopped"
-            )
-        elif kind in ("collected", "transformed"):
-            self.line(f"{prefix}{event['summary']}")
-        elif kind == "training":
-            self.line(f"{prefix}training on {event['dataset']} into {event['output']}")
-        elif kind == "trained":
-            self.line(f"{prefix}run {event['run_id']} succeeded: {event['output']}")
-
-    def close(self) -> None:
-        self._close_bar()
-
-
-def _loss(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, int | float) else "n/a"
+from tracebank.cli.progress import Progress, loss
+from tracebank.loop.config import (
+    SERVERS,
+    THEN,
+    DemoConfig,
+    RoundConfig,
+    ServerConfig,
+    StagesConfig,
+    train_template,
+)
+from tracebank.train.config import BACKENDS, TrainConfig
+from tracebank.transform.config import TransformConfig
 
 
 def _run_line(record: Any) -> str:
     s = record.summary
     speed = f"{s['tokens_per_s']:,.0f} tokens/s" if s.get("tokens_per_s") else "n/a tokens/s"
     return (
-        f"run {record.run_id} ({record.backend}): loss {_loss(s.get('train_loss_first'))} -> "
-        f"{_loss(s.get('train_loss_last'))} in {s.get('steps')} steps, {speed}"
+        f"run {record.run_id} ({record.backend}): loss {loss(s.get('train_loss_first'))} -> "
+        f"{loss(s.get('train_loss_last'))} in {s.get('steps')} steps, {speed}"
     )
 
 
@@ -107,7 +40,7 @@ def _run_line(record: Any) -> str:
 @config_option(DemoConfig, "rollouts", type=click.IntRange(1))
 @config_option(DemoConfig, "runners", type=click.IntRange(1))
 @config_option(DemoConfig, "iterations", type=click.IntRange(1))
-@config_option(DemoConfig, "max_steps", type=click.IntRange(1))
+@config_option(TrainConfig, "max_steps", type=click.IntRange(1), default=DemoConfig().train.max_steps)
 @click.option("--verbose", is_flag=True, help="Show the libraries' own output instead of logging it.")
 @pass_warehouse
 def demo(
@@ -130,13 +63,13 @@ def demo(
         rollouts=rollouts,
         runners=runners,
         iterations=iterations,
-        max_steps=max_steps,
+        train=dataclasses.replace(DemoConfig().train, max_steps=max_steps),
     )
     log_path = Path(work_dir).resolve() / "logs" / "demo.log"
     t0 = time.perf_counter()
     quiet = contextlib.nullcontext(sys.stderr) if verbose else output_to_log(log_path)
     with quiet as stream:
-        reporter = Reporter(stream)
+        reporter = Progress(stream)
         if not verbose:
             reporter.line(f"(library output goes to {log_path})")
         try:
@@ -218,10 +151,10 @@ def _split_args(values: tuple[str, ...]) -> tuple[str, ...]:
 )
 @config_option(StagesConfig, "then", type=click.Choice(THEN))
 @config_option(StagesConfig, "tag")
-@config_option(StagesConfig, "dataset_name", "--dataset")
+@config_option(TransformConfig, "name", "--dataset", default=StagesConfig().transform.name)
 @click.option("--dataset-name", "dataset_alias", hidden=True, help="Old name of --dataset.")
-@config_option(StagesConfig, "top_fraction")
-@config_option(StagesConfig, "seed")
+@config_option(TransformConfig, "top_fraction")
+@config_option(TransformConfig, "seed")
 @click.option(
     "--output",
     type=click.Path(),
@@ -229,8 +162,8 @@ def _split_args(values: tuple[str, ...]) -> tuple[str, ...]:
     help="Where --then train writes the next model (default: version_N -> version_N+1).",
 )
 @click.option("--output-model", "output_alias", type=click.Path(), hidden=True, help="Old name of --output.")
-@config_option(StagesConfig, "backend", type=click.Choice(BACKENDS))
-@config_option(StagesConfig, "max_steps")
+@config_option(TrainConfig, "backend", type=click.Choice(BACKENDS))
+@config_option(TrainConfig, "max_steps")
 @pass_warehouse
 def round_(
     wh: Any,
@@ -244,7 +177,14 @@ def round_(
     extra_args: tuple[str, ...],
     runners: int,
     timeout_s: float,
+    then: str,
+    tag: str | None,
+    name: str,
     dataset_alias: str | None,
+    top_fraction: float,
+    seed: int,
+    backend: str,
+    max_steps: int | None,
     output: str | None,
     output_alias: str | None,
     **options: Any,
@@ -262,25 +202,26 @@ def round_(
     model = base_model or model_alias
     if not model:
         raise click.UsageError("Missing option '--base-model'.")
-    server_fields = {f.name for f in dataclasses.fields(ServerConfig)}
-    server = {k: v for k, v in options.items() if k in server_fields}
-    stages = {k: v for k, v in options.items() if k not in server_fields}
-    if dataset_alias:
-        stages["dataset_name"] = dataset_alias
+    stages = StagesConfig(
+        then=then,
+        tag=tag,
+        transform=TransformConfig(name=dataset_alias or name, top_fraction=top_fraction, seed=seed),
+        train=train_template(backend=backend, max_steps=max_steps),
+    )
     tasks = load_tasks(tasks_path)
     config = RoundConfig(
         server=ServerConfig(
             kind=kind,
             tool_call_parser=None if tool_call_parser.lower() == "none" else tool_call_parser,
             extra_args=_split_args(extra_args),
-            **server,
+            **options,
         ),
-        stages=StagesConfig(**stages),
+        stages=stages,
         timeout_s=timeout_s,
     ).validate()
     then = config.stages.then
     agent = load_agent(agent_spec)
-    reporter = Reporter()
+    reporter = Progress()
     local = LocalRunners(store_url, agent, n=runners) if runners else contextlib.nullcontext()
     try:
         with stdout_to_stderr(), local:

@@ -10,71 +10,20 @@ import click
 
 from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
 from tracebank.cli.output import echo_rows
+from tracebank.cli.progress import Progress, loss
 from tracebank.train.config import BACKENDS, EVAL_STRATEGIES, SAVE_METHODS, TrainConfig
-
-
-def _fmt_loss(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, int | float) else "n/a"
-
-
-class _Progress:
-    """Prints the training child's events as they arrive, one line each."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.max_steps: int | None = None
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        if self.quiet:
-            return
-        kind = event.get("event")
-        line = None
-        if kind == "run":
-            line = f"run {event['run_id']}: training on {event['dataset']}"
-        elif kind == "checked":
-            rows = ", ".join(f"{n} {split}" for split, n in event["rows"].items())
-            line = f"checked: {rows} rows, max length {event['max_length']} tokens" + (
-                f", {event['truncated_rows']} row(s) truncated" if event.get("truncated_rows") else ""
-            )
-        elif kind == "loaded":
-            r = event["resolved"]
-            precision = "bf16" if r["bf16"] else "fp32"
-            line = (
-                f"backend {r['backend']} on {r['device']} ({precision}, {r['optim']}"
-                + (", 4-bit base" if r["load_in_4bit"] else "")
-                + f"): {event['trainable_params']:,} "
-                f"trainable of {event['total_params']:,} parameters ({event['trainable_percent']:.2f}%)"
-            )
-            if event.get("note"):
-                line += f"\nnote: {event['note']}"
-        elif kind == "train_begin":
-            self.max_steps = event.get("max_steps")
-        elif kind == "metric":
-            of = f"/{self.max_steps}" if self.max_steps else ""
-            epoch = f"  epoch {event['epoch']:.2f}" if event.get("epoch") is not None else ""
-            if event["split"] == "train":
-                lr = f"  lr {event['learning_rate']:.2e}" if event.get("learning_rate") is not None else ""
-                line = f"step {event['step']}{of}{epoch}  loss {_fmt_loss(event['loss'])}{lr}"
-            else:
-                line = f"eval at step {event['step']}{of}{epoch}  eval_loss {_fmt_loss(event['loss'])}"
-        elif kind == "saved":
-            line = f"saved {event.get('save')}" + (f" ({event['dtype']})" if event.get("dtype") else "")
-        if line:
-            click.echo(line)
 
 
 def _summary_line(record: Any) -> str:
     s = record.summary
-    eval_part = (
-        f", eval best {_fmt_loss(s.get('eval_loss_best'))}" if s.get("eval_loss_best") is not None else ""
-    )
+    eval_part = f", eval best {loss(s.get('eval_loss_best'))}" if s.get("eval_loss_best") is not None else ""
     speed = f"{s['tokens_per_s']:,.0f} tokens/s" if s.get("tokens_per_s") else "n/a tokens/s"
     best = record.best_checkpoint
     if best and best.get("step") != s.get("steps"):
         eval_part += f" (kept the step-{best['step']} checkpoint)"
     return (
-        f"run {record.run_id} {record.status}: loss {_fmt_loss(s.get('train_loss_first'))} -> "
-        f"{_fmt_loss(s.get('train_loss_last'))}{eval_part}, {s.get('steps')} steps, {speed}, "
+        f"run {record.run_id} {record.status}: loss {loss(s.get('train_loss_first'))} -> "
+        f"{loss(s.get('train_loss_last'))}{eval_part}, {s.get('steps')} steps, {speed}, "
         f"output {record.output_dir}"
     )
 
@@ -118,7 +67,7 @@ def _train_option(name: str, *flags: str, **extra: Any) -> Any:
 @_train_option("logging_steps")
 @_train_option("timeout")
 @_train_option("seed")
-@click.option("--quiet", is_flag=True, help="Print only the summary line.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr; only the summary line.")
 @pass_warehouse
 def train(wh, quiet: bool, target_modules: str | None, **options: Any) -> None:
     """Train a LoRA adapter on a dataset version and record the run."""
@@ -127,7 +76,11 @@ def train(wh, quiet: bool, target_modules: str | None, **options: Any) -> None:
 
     if target_modules:
         options["target_modules"] = tuple(t.strip() for t in target_modules.split(",") if t.strip())
-    record = run_training(wh, TrainConfig(**options), on_event=_Progress(quiet))
+    progress = Progress()
+    try:
+        record = run_training(wh, TrainConfig(**options), on_event=None if quiet else progress)
+    finally:
+        progress.close()
     click.echo(_summary_line(record))
 
 
