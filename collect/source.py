@@ -68,7 +68,7 @@ class StoreSource:
         """A source for a store URL (checked for health first) or a LightningStore object."""
         if isinstance(source, str):
             url = check_url(source)
-            await _check_health(url, config.health_timeout_s)
+            await check_store_health(url, config.health_timeout_s)
             from agentlightning.store.client_server import LightningStoreClient
 
             client = LightningStoreClient(
@@ -238,7 +238,8 @@ def _describe(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-async def _check_health(url: str, timeout_s: float) -> None:
+async def check_store_health(url: str, timeout_s: float) -> None:
+    """StoreUnreachableError unless the store at ``url`` answers its health check in time."""
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=timeout_s)

@@ -28,7 +28,8 @@ from typing import Any
 
 from tracebank.loop.config import AlgorithmConfig
 from tracebank.loop.errors import LoopUsageError
-from tracebank.loop.round import RoundResult, next_model_path, serve_round
+from tracebank.loop.round import RoundResult, serve_round
+from tracebank.loop.servers import next_model_path
 from tracebank.warehouse.events import IterationStarted, OnEvent
 from tracebank.warehouse.layout import Warehouse
 

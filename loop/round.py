@@ -18,30 +18,25 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import re
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracebank.loop.cancel import run_blocking
+from tracebank.loop.chain import chain
 from tracebank.loop.config import RoundConfig
-from tracebank.loop.errors import LoopError, LoopUsageError, NoSucceededRolloutsError, RoundTimeoutError
+from tracebank.loop.errors import LoopUsageError
 from tracebank.loop.servers import check_model_dir, launch, served_name
+from tracebank.loop.store_protocol import check_store, enqueue, settle_spans, wait_for_rollouts
 from tracebank.warehouse.events import (
-    Collected,
-    Event,
     OnEvent,
     ProxyReady,
     RolledOut,
-    RolloutProgress,
     ServerReady,
     ServerStarting,
-    Trained,
-    TrainingStarted,
-    Transformed,
 )
 from tracebank.warehouse.layout import Warehouse
 
@@ -49,8 +44,6 @@ if TYPE_CHECKING:
     from tracebank.collect import CollectResult
     from tracebank.train import RunRecord
     from tracebank.transform import TransformResult
-
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 @dataclass
@@ -88,67 +81,6 @@ class RoundResult:
         return self.run.output_dir if self.run is not None else None
 
 
-def next_model_path(model: str | Path) -> Path:
-    """``…/version_3`` -> ``…/version_4`` (the recipe's naming); any other folder gets ``-r1``, ``-r2``…"""
-    path = Path(model)
-    m = re.fullmatch(r"(.*?)([_-]r?)(\d+)", path.name)
-    if m:
-        return path.with_name(f"{m[1]}{m[2]}{int(m[3]) + 1}")
-    return path.with_name(f"{path.name}-r1")
-
-
-def load_tasks(path: str | Path) -> list[Any]:
-    """The tasks of a JSONL file (one JSON value per line; blank lines skipped)."""
-    import json
-
-    path = Path(path)
-    if not path.is_file():
-        raise LoopUsageError(
-            f"tasks file {path} does not exist", "pass --tasks a JSONL file, one task per line"
-        )
-    tasks = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                tasks.append(json.loads(line))
-            except ValueError as exc:
-                raise LoopUsageError(f"{path}:{n} is not JSON: {exc}", "one JSON task per line") from None
-    if not tasks:
-        raise LoopUsageError(f"tasks file {path} has no tasks", "one JSON task per line")
-    return tasks
-
-
-async def _blocking(
-    fn: Callable[..., Any],
-    *args: Any,
-    cancel: threading.Event | None = None,
-    abandon: Callable[[Any], None] | None = None,
-) -> Any:
-    """``fn(*args)`` on a worker thread, cancellable through ``cancel``.
-
-    Since Python 3.11, Ctrl-C inside ``asyncio.run`` cancels the main task at the
-    loop's next turn instead of raising in whatever code is running, so long
-    blocking steps (a server starting, a training run) must not block the loop.
-    When this coroutine is cancelled it sets ``cancel`` (``fn`` watches it and
-    stops what it started) and waits for ``fn`` to return before re-raising, so
-    nothing keeps running behind the caller's back; a result that arrives anyway
-    is handed to ``abandon`` (e.g. to stop a server that came up just then).
-    """
-    future = asyncio.get_running_loop().run_in_executor(None, fn, *args)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        if cancel is not None:
-            cancel.set()
-        with contextlib.suppress(BaseException):
-            result = await future
-            if abandon is not None:
-                abandon(result)
-        raise
-
-
 def _check_proxy(proxy: Any) -> None:
     """Refuse a stock LLMProxy where it would silently lose every span (otel >= 1.44)."""
     from tracebank.serve.proxy import TracebankLLMProxy, otlp_exporter_binds_endpoint_at_init
@@ -159,86 +91,6 @@ def _check_proxy(proxy: Any) -> None:
             "opentelemetry (>= 1.44 binds the OTLP endpoint when the exporter is built)",
             "pass llm_proxy=serve.proxy.TracebankLLMProxy(port=...) to agl.Trainer instead",
         )
-
-
-async def _enqueue(store: Any, tasks: list[Any], mode: str, resources_id: str) -> list[str]:
-    """Enqueue one rollout per task, tied to ``resources_id``, in batches (one request each)."""
-    from agentlightning.types import EnqueueRolloutRequest
-
-    ids: list[str] = []
-    for start in range(0, len(tasks), 500):
-        batch = [
-            EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id)  # type: ignore[arg-type]
-            for t in tasks[start : start + 500]
-        ]
-        ids += [r.rollout_id for r in await store.enqueue_many_rollouts(batch)]
-    return ids
-
-
-async def _wait_for_rollouts(
-    store: Any, rollout_ids: list[str], config: RoundConfig, emit: OnEvent
-) -> list[Any]:
-    """Poll until every rollout is terminal; RoundTimeoutError after ``config.timeout_s``."""
-    deadline = time.monotonic() + config.timeout_s
-    done: dict[str, Any] = {}
-    last = -1
-    while True:
-        pending = [rid for rid in rollout_ids if rid not in done]
-        if pending:
-            for rollout in await store.wait_for_rollouts(rollout_ids=pending, timeout=0.0):
-                done[rollout.rollout_id] = rollout
-        if len(done) != last:
-            last = len(done)
-            succeeded = sum(r.status == "succeeded" for r in done.values())
-            emit(RolloutProgress(last, len(rollout_ids), succeeded, last - succeeded))
-        if len(done) == len(rollout_ids):
-            return [done[rid] for rid in rollout_ids]
-        if time.monotonic() >= deadline:
-            # The server goes down with this round: cancel what is left so no runner picks it up later.
-            for rid in rollout_ids:
-                if rid not in done:
-                    with contextlib.suppress(Exception):
-                        await store.update_rollout(rollout_id=rid, status="cancelled")
-            raise RoundTimeoutError(
-                f"{len(rollout_ids) - len(done)} of {len(rollout_ids)} rollouts unfinished after "
-                f"{config.timeout_s:g}s",
-                "are runners connected to the store and running the agent? (raise --timeout for slow agents)",
-            )
-        await asyncio.sleep(config.poll_interval_s)
-
-
-async def _settle_spans(store: Any, rollouts: Sequence[Any], config: RoundConfig) -> dict[str, int]:
-    """Wait until the rollouts' span counts stop changing; return the spans per rollout.
-
-    The proxy exports a call's spans after the call has been answered, so a
-    rollout can be finished in the store before its last call's spans are in.
-    A rollout's spans carry sequence ids 1..N handed out by the store; a gap
-    means spans still on their way, so a gap also keeps the wait going (up to
-    ``settle_timeout_s``: a call that failed inside the proxy leaves one for good).
-    """
-    ids = [r.rollout_id for r in rollouts if r.status == "succeeded"]
-    start = time.monotonic()
-    deadline = start + config.settle_timeout_s
-    previous: dict[str, int] | None = None
-    stable_since = start
-    limit = asyncio.Semaphore(16)
-
-    async def look(rid: str) -> tuple[int, bool]:
-        async with limit:
-            spans = await store.query_spans(rid, "latest")
-        seqs = {s.sequence_id for s in spans}
-        return len(spans), bool(seqs) and len(seqs) < max(seqs)
-
-    while True:
-        looks = await asyncio.gather(*(look(rid) for rid in ids))
-        counts = {rid: n for rid, (n, _) in zip(ids, looks, strict=True)}
-        gaps = any(gap for _, gap in looks)
-        now = time.monotonic()
-        if counts != previous:
-            previous, stable_since = counts, now
-        if (not gaps and now - stable_since >= config.settle_s) or now >= deadline:
-            return counts
-        await asyncio.sleep(0.2)
 
 
 async def serve_round(
@@ -283,7 +135,7 @@ async def serve_round(
     name = served_name(model_path, config.server)
     emit(ServerStarting(str(model_path), config.server.kind, str(log_path) if log_path else None))
     starting = threading.Event()
-    server = await _blocking(
+    server = await run_blocking(
         launch,
         model_path,
         config.server,
@@ -316,11 +168,11 @@ async def serve_round(
         resources = await store.add_resources({config.resource_name: proxy.as_resource()})
         emit(ProxyReady(proxy.as_resource().get_base_url(None, None), resources.resources_id))
         t = time.perf_counter()
-        rollout_ids = await _enqueue(store, tasks, config.mode, resources.resources_id)
-        finished = await _wait_for_rollouts(store, rollout_ids, config, emit)
+        rollout_ids = await enqueue(store, tasks, config.mode, resources.resources_id)
+        finished = await wait_for_rollouts(store, rollout_ids, config, emit)
         seconds["rollouts"] = time.perf_counter() - t
         t = time.perf_counter()
-        spans = await _settle_spans(store, finished, config)
+        spans = await settle_spans(store, finished, config)
         seconds["settle"] = time.perf_counter() - t
     finally:
         server.stop()
@@ -343,88 +195,9 @@ async def serve_round(
     emit(RolledOut(statuses, sum(spans.values()), seconds["rollouts"]))
     if stages.includes("collect"):
         assert wh is not None
-        await _chain(store, wh, result, config, output_model, emit)
+        await chain(store, wh, result, config, output_model, emit)
     result.seconds["total"] = time.perf_counter() - t0
     return result
-
-
-async def _chain(
-    store: Any,
-    wh: Warehouse,
-    result: RoundResult,
-    config: RoundConfig,
-    output_model: str | Path | None,
-    emit: OnEvent,
-) -> None:
-    """collect -> transform -> train, as far as ``config.stages.then`` asks."""
-    from tracebank.collect import CollectConfig, collect_async
-
-    stages = config.stages
-    if not result.statuses.get("succeeded"):
-        raise NoSucceededRolloutsError(
-            f"none of the round's {len(result.rollout_ids)} rollouts succeeded ({_fmt(result.statuses)})",
-            "see the runners' logs: the agent raised on every task",
-        )
-    t = time.perf_counter()
-    extra = {
-        "round": {
-            "model": result.model,
-            "served_model": result.served_model,
-            "iteration": result.iteration,
-            "resources_id": result.resources_id,
-        }
-    }
-    result.collection = await collect_async(
-        store, wh, CollectConfig(rollout_ids=tuple(result.rollout_ids), tag=stages.tag, extra=extra)
-    )
-    result.seconds["collect"] = time.perf_counter() - t
-    emit(Collected(result.collection.summary(), result.collection.collection_id))
-    if not stages.includes("transform"):
-        return
-    if not result.collection.committed:
-        raise LoopError(
-            "the round's rollouts were already collected, so there is nothing new to transform",
-            "run `tracebank transform` on the existing collection instead",
-        )
-    from tracebank.transform import transform
-
-    t = time.perf_counter()
-    assert result.collection.collection_id is not None
-    tconfig = replace(
-        stages.transform,
-        collections=(result.collection.collection_id,),
-        extra={**stages.transform.extra, "round": extra["round"]},
-    )
-    # A cancelled round waits for the transform to finish: it commits whole or not at all.
-    result.dataset = await _blocking(transform, wh, tconfig)
-    result.seconds["transform"] = time.perf_counter() - t
-    emit(Transformed(result.dataset.summary(), str(result.dataset.ref)))
-    if not stages.includes("train"):
-        return
-    from tracebank.train import train
-
-    t = time.perf_counter()
-    output = Path(output_model) if output_model is not None else next_model_path(result.model)
-    train_config = replace(
-        stages.train, dataset=str(result.dataset.ref), base_model=result.model, output=str(output)
-    )
-    emit(TrainingStarted(str(result.dataset.ref), str(output)))
-    stop = threading.Event()
-
-    def on_train_event(event: Event) -> None:
-        # train() calls this from its event pump: raising here makes it kill the training child
-        # and record the run failed ("interrupted") instead of publishing a model nobody waits for.
-        if stop.is_set():
-            raise KeyboardInterrupt
-        emit(event)
-
-    result.run = await _blocking(train, wh, train_config, on_train_event, cancel=stop)
-    result.seconds["train"] = time.perf_counter() - t
-    emit(Trained(result.run.run_id, result.run.output_dir, result.iteration))
-
-
-def _fmt(statuses: dict[str, int]) -> str:
-    return ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none finished"
 
 
 def run_round(
@@ -455,7 +228,7 @@ def run_round(
     async def main() -> RoundResult:
         from agentlightning import LightningStoreClient
 
-        await _check_store(url)
+        await check_store(url)
         store = LightningStoreClient(url)
         try:
             return await serve_round(
@@ -465,22 +238,3 @@ def run_round(
             await store.close()
 
     return asyncio.run(main())
-
-
-async def _check_store(url: str) -> None:
-    """A quick reachability check, so a wrong URL fails in seconds, before any server starts."""
-    import urllib.error
-    import urllib.request
-
-    def probe() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/v1/agl/health", timeout=3) as resp:
-                return bool(resp.status == 200)
-        except (OSError, urllib.error.URLError):
-            return False
-
-    if not await asyncio.to_thread(probe):
-        raise LoopError(
-            f"no agentlightning store answers at {url}",
-            "start one with `agl store --port 4747` and pass --store http://HOST:4747",
-        )

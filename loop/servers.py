@@ -8,6 +8,7 @@ own (so Ctrl-C does not reach it) and would otherwise outlive the round.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import threading
@@ -115,3 +116,12 @@ def launch(
         cancel=cancel,
         label=f"{config.kind} server",
     )
+
+
+def next_model_path(model: str | Path) -> Path:
+    """``…/version_3`` -> ``…/version_4`` (the recipe's naming); any other folder gets ``-r1``, ``-r2``…"""
+    path = Path(model)
+    m = re.fullmatch(r"(.*?)([_-]r?)(\d+)", path.name)
+    if m:
+        return path.with_name(f"{m[1]}{m[2]}{int(m[3]) + 1}")
+    return path.with_name(f"{path.name}-r1")

@@ -173,8 +173,8 @@ def test_bad_store_url_and_unreachable_store(tmp_path, tasks_file, model_v0, war
     out = _round(warehouse_position, tmp_path / "wh", *args, "--store", url)
     assert out.exit_code == 1
     assert _error(out) == (
-        f"Error: no agentlightning store answers at {url} "
-        "(start one with `agl store --port 4747` and pass --store http://HOST:4747)\n"
+        f"Error: cannot reach the store at {url} (connection refused) "
+        "(is `agl store` running there? check --store)\n"
     )
 
 
