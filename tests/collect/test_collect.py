@@ -17,6 +17,7 @@ from tracebank.warehouse.bronze import span_dict_from_row
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
 
+from tests.cli_args import cli_args
 from tests.collect.helpers import client, store_spans
 from tests.fixtures.fill import add_attempt, add_rollout
 from tests.fixtures.proxy_spans import SECRET_KEY, random_rollout_spans, reward_span
@@ -230,9 +231,9 @@ def test_progress_reaches_the_total(filled, wh):
     assert seen[-1] == (n, n)
 
 
-def test_cli_summary_lines(filled, wh):
+def test_cli_summary_lines(filled, wh, warehouse_position):
     runner = CliRunner()
-    args = ["--warehouse", str(wh.root), "collect", "--store", filled.url]
+    args = cli_args(wh.root, warehouse_position, "collect", "--store", filled.url)
     first = runner.invoke(cli, args)
     assert first.exit_code == 0, first.output
     summary, silver = first.stdout.splitlines()
@@ -247,13 +248,13 @@ def test_cli_summary_lines(filled, wh):
     )
 
 
-def test_cli_filters_reach_the_library(filled, wh):
+def test_cli_filters_reach_the_library(filled, wh, warehouse_position):
     runner = CliRunner()
     out = runner.invoke(
         cli,
-        [
-            "--warehouse",
-            str(wh.root),
+        cli_args(
+            wh.root,
+            warehouse_position,
             "collect",
             "--store",
             filled.url + "/",
@@ -270,7 +271,7 @@ def test_cli_filters_reach_the_library(filled, wh):
             "--no-redact",
             "--concurrency",
             "3",
-        ],
+        ),
     )
     assert out.exit_code == 0, out.output
     assert SUMMARY.match(out.stdout.splitlines()[0]).groups()[:2] == ("2", "14")
@@ -292,42 +293,42 @@ def test_cli_filters_reach_the_library(filled, wh):
         (["--concurrency", "0"], "Error: concurrency must be at least 1"),
     ],
 )
-def test_cli_bad_flags_are_one_line(wh, args, message):
+def test_cli_bad_flags_are_one_line(wh, args, message, warehouse_position):
     out = CliRunner().invoke(
-        cli, ["--warehouse", str(wh.root), "collect", "--store", "http://127.0.0.1:1", *args]
+        cli, cli_args(wh.root, warehouse_position, "collect", "--store", "http://127.0.0.1:1", *args)
     )
     assert out.exit_code == 2
     assert out.stderr.startswith(message) and out.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("url", ["127.0.0.1:4747", "ftp://host:1", "http://", "http://h:99999"])
-def test_cli_bad_url_is_one_line(wh, url):
-    out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", "--store", url])
+def test_cli_bad_url_is_one_line(wh, url, warehouse_position):
+    out = CliRunner().invoke(cli, cli_args(wh.root, warehouse_position, "collect", "--store", url))
     assert out.exit_code == 2
     assert out.stderr.startswith("Error: invalid ") and url in out.stderr
     assert out.stderr.count("\n") == 1
 
 
-def test_truncated_parquet_is_named_by_sql_and_by_collect(filled, wh):
+def test_truncated_parquet_is_named_by_sql_and_by_collect(filled, wh, warehouse_position):
     collect(filled.url, wh, CollectConfig(mode="val"))
     folder = catalog.collections(wh)[0][0]
     spans_file = folder / "spans-0000.parquet"
     spans_file.write_bytes(spans_file.read_bytes()[:-100])
-    out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "sql", "SELECT count(*) FROM spans"])
+    out = CliRunner().invoke(cli, cli_args(wh.root, warehouse_position, "sql", "SELECT count(*) FROM spans"))
     assert out.exit_code != 0
     assert out.stderr.startswith("Error: ") and str(spans_file) in out.stderr
     assert out.stderr.count("\n") == 1
-    out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", "--store", filled.url])
+    out = CliRunner().invoke(cli, cli_args(wh.root, warehouse_position, "collect", "--store", filled.url))
     assert out.exit_code != 0 and str(spans_file) in out.stderr and out.stderr.count("\n") == 1
 
 
-def test_damaged_attempts_file_is_named(filled, wh):
+def test_damaged_attempts_file_is_named(filled, wh, warehouse_position):
     collect(filled.url, wh, CollectConfig(mode="val"))
     folder = catalog.collections(wh)[0][0]
     path = folder / "attempts-0000.parquet"
     size = path.stat().st_size
     path.write_bytes(b"\0" * size)  # same size, so only reading it finds the damage
-    out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", "--store", filled.url])
+    out = CliRunner().invoke(cli, cli_args(wh.root, warehouse_position, "collect", "--store", filled.url))
     assert out.exit_code == 1
     assert out.stderr.startswith(f"Error: unreadable Parquet file {path}")
 

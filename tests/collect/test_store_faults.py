@@ -14,15 +14,16 @@ from tracebank.collect import CollectConfig, StoreRequestError, StoreUnreachable
 from tracebank.warehouse import catalog
 from tracebank.warehouse.query import run_sql
 
+from tests.cli_args import cli_args
 from tests.collect.helpers import ROOT, DroppingProxy, cli_env, fill_random, fill_url
 from tests.fixtures.store_server import free_port, wait_healthy
 from tracebank.cli.main import cli
 
 
-def test_unreachable_store_is_one_line_naming_the_url_and_fast(wh):
+def test_unreachable_store_is_one_line_naming_the_url_and_fast(wh, warehouse_position):
     url = f"http://127.0.0.1:{free_port()}"
     t0 = time.monotonic()
-    out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", "--store", url])
+    out = CliRunner().invoke(cli, cli_args(wh.root, warehouse_position, "collect", "--store", url))
     assert time.monotonic() - t0 < 5
     assert out.exit_code == 1
     assert out.stderr == (
