@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tracebank.loop.errors import LoopUsageError
+from tracebank.serve.config import CpuServerConfig
 from tracebank.train.config import TrainConfig
 from tracebank.transform.config import TransformConfig
 
@@ -17,11 +18,15 @@ THEN = ("none", "collect", "transform", "train")
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """How the model of a round is served: ``vllm serve`` (the recipe's flags) or tracebank's CPU server."""
+    """How the model of a round is served: ``vllm serve`` (the recipe's flags) or tracebank's CPU server.
+
+    The one server config of a round; ``servers.server_command`` turns it into a vLLM command
+    line or a CpuServerConfig (whose fields are the CPU server's flags, one to one).
+    """
 
     kind: str = "vllm"
     """vllm serve (a GPU), or tracebank's CPU server for small models."""
-    host: str = "127.0.0.1"
+    host: str = CpuServerConfig.host
     """Address the model server binds; only the proxy talks to it."""
     port: int | None = None
     """Model server port; a free one when None."""
@@ -39,7 +44,7 @@ class ServerConfig:
     """Further arguments appended to the server command line as they are."""
     startup_timeout_s: float = 900.0
     """Seconds the server may take to become healthy (vLLM compiles and captures graphs: minutes)."""
-    default_max_tokens: int = 256
+    default_max_tokens: int = CpuServerConfig.default_max_tokens
     """CPU server only: completion length when a request sets no ``max_tokens``."""
     threads: int | None = None
     """CPU server only: torch threads; torch's default when None."""
