@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracebank.warehouse.errors import TracebankError, UsageError
+from tracebank.warehouse.errors import NotFoundError, TracebankError, UsageError
 
 
 class CollectError(TracebankError):
@@ -23,3 +23,11 @@ class StoreRequestError(CollectError):
 
 class SpansEvictedError(CollectError):
     """The store no longer holds a rollout's spans (the in-memory store evicted them)."""
+
+
+class SilverError(CollectError):
+    """The silver tables of a collection could not be built or read."""
+
+
+class UnknownCollectionError(NotFoundError):
+    """A collection id that is not committed in the warehouse."""

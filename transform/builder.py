@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from tracebank.transform import silver as silver_mod
-from tracebank.transform.arrowutil import arrow_ints
+from tracebank.collect import silver as silver_mod
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import EmptyDatasetError, NoCollectionsError, TransformError
 from tracebank.transform.manifest import content_hash, source_hash, stats, summary_line
@@ -36,6 +35,7 @@ from tracebank.transform.select import rollout_scores, select_rows
 from tracebank.transform.triplets import CallCounts, rewarded_calls
 from tracebank.transform.writer import write_split
 from tracebank.warehouse import schemas
+from tracebank.warehouse.arrowutil import arrow_ints
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.records import CollectionManifest, DatasetManifest, SilverManifest

@@ -22,11 +22,12 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-from tracebank.transform import rewards as reward_rules
-from tracebank.transform.arrowutil import repeat_string, string_scalar
-from tracebank.transform.errors import NoCollectionsError, TransformError
-from tracebank.transform.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
+from tracebank.collect import rewards as reward_rules
+from tracebank.collect.errors import SilverError as TransformError
+from tracebank.collect.errors import UnknownCollectionError as NoCollectionsError
+from tracebank.collect.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
 from tracebank.warehouse import schemas
+from tracebank.warehouse.arrowutil import repeat_string, string_scalar
 from tracebank.warehouse.contract import (
     ANNOTATION_SPAN,
     LITELLM_SPAN,

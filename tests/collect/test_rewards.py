@@ -4,7 +4,7 @@ import json
 import math
 
 import pytest
-from tracebank.transform.rewards import classify
+from tracebank.collect.rewards import classify
 
 from tests.fixtures.proxy_spans import plain_span
 

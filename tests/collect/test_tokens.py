@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 import pytest
-from tracebank.transform.tokens import classify_python, parse_token_lists
+from tracebank.collect.tokens import classify_python, parse_token_lists
 
 CASES = [
     ("[1, 2, 3]", [1, 2, 3], "ok"),
