@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracebank.collect import silver
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.errors import SpansEvictedError
 from tracebank.collect.redact import Redactor
@@ -31,7 +32,7 @@ from tracebank.collect.writer import SpanFileWriter, write_table
 from tracebank.warehouse import bronze
 from tracebank.warehouse.contract import LLM_SPAN_NAMES
 from tracebank.warehouse.layout import Warehouse
-from tracebank.warehouse.records import CollectionManifest
+from tracebank.warehouse.records import CollectionManifest, SilverManifest
 from tracebank.warehouse.storage import Storage, check_sizes, files_of, read_table
 
 #: ``progress(done, total)``: attempts handled so far and the best known total.
@@ -57,6 +58,8 @@ class CollectResult:
     evicted: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     redaction: dict[str, Any] = field(default_factory=dict)
+    silver: SilverManifest | None = None
+    """The new collection's silver cache; None when nothing was committed or ``config.silver`` is off."""
 
     @property
     def committed(self) -> bool:
@@ -260,7 +263,10 @@ async def collect_async(
 ) -> CollectResult:
     """The coroutine behind :func:`collect`, for callers already inside an event loop."""
     with _older_objects_frozen():
-        return await _collect(source, wh, config, progress)
+        result = await _collect(source, wh, config, progress)
+    if result.collection_id is not None and (config or CollectConfig()).silver:
+        result.silver = await asyncio.to_thread(silver.build_silver, wh, result.collection_id)
+    return result
 
 
 async def _collect(
@@ -385,7 +391,8 @@ def collect(
 ) -> CollectResult:
     """Collect new rollouts from ``source`` (a store URL or a LightningStore) into ``wh``.
 
-    Commits one new collection, or nothing when every matching attempt is
+    Commits one new collection and then builds its silver tables (unless
+    ``config.silver`` is off), or commits nothing when every matching attempt is
     already in the warehouse. Raises StoreUnreachableError, StoreRequestError
     or CollectUsageError (all TracebankErrors) with nothing committed.
     """

@@ -45,6 +45,9 @@ class CollectConfig:
     """Rollouts per ``query_rollouts`` page."""
     rows_per_file: int = 100_000
     """Spans per Parquet file; bounds the memory a large collect holds before writing."""
+    silver: bool = True
+    """Build the new collection's silver tables (llm_calls, rewards, messages) right after the commit
+    (off with ``--no-silver``; ``tracebank collect --rebuild-silver`` builds them later)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes copied into the manifest (e.g. who ran the collect)."""
 

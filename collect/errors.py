@@ -25,9 +25,5 @@ class SpansEvictedError(CollectError):
     """The store no longer holds a rollout's spans (the in-memory store evicted them)."""
 
 
-class SilverError(CollectError):
-    """The silver tables of a collection could not be built or read."""
-
-
 class UnknownCollectionError(NotFoundError):
     """A collection id that is not committed in the warehouse."""

@@ -2,7 +2,7 @@
 
 Everything is derived column-at-a-time from the bronze ``spans`` table:
 DuckDB reads each span's attribute JSON once and pulls out the keys below;
-token-id strings are parsed in bulk (``transform.tokens``); the response ids
+token-id strings are parsed in bulk (``collect.tokens``); the response ids
 that vLLM >= 0.10.2 keeps only inside the ``choices`` Python repr are found
 with one regular expression that steps over quoted strings, so text inside a
 message can never be mistaken for them.
@@ -23,8 +23,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from tracebank.collect import rewards as reward_rules
-from tracebank.collect.errors import SilverError as TransformError
-from tracebank.collect.errors import UnknownCollectionError as NoCollectionsError
+from tracebank.collect.errors import UnknownCollectionError
 from tracebank.collect.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
 from tracebank.warehouse import schemas
 from tracebank.warehouse.arrowutil import repeat_string, string_scalar
@@ -37,7 +36,7 @@ from tracebank.warehouse.contract import (
 )
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.records import FileEntry, SilverManifest
-from tracebank.warehouse.storage import Storage, files_of, parquet_scan_sql, read_table
+from tracebank.warehouse.storage import Storage, files_of, parquet_scan_sql
 
 SPAN_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "span_id", "name", "start_time", "attributes"]
 
@@ -164,7 +163,7 @@ def span_files(wh: Warehouse, collection_id: str) -> list[Path]:
     folder = wh.collection_dir(collection_id)
     manifest = Storage(wh).collection(collection_id)
     if manifest is None:
-        raise NoCollectionsError(
+        raise UnknownCollectionError(
             f"collection {collection_id!r} is not committed in {wh.root}",
             'list them with `tracebank sql "SELECT * FROM collections"`',
         )
@@ -339,10 +338,7 @@ def silver_tables(wh: Warehouse, collection_id: str) -> dict[str, pa.Table]:
 
 def cached_manifest(wh: Warehouse, collection_id: str) -> SilverManifest | None:
     """The committed silver manifest of ``collection_id`` if it is current, else None."""
-    manifest = Storage(wh).silver(collection_id)
-    if manifest is None or manifest.silver_version != SILVER_VERSION:
-        return None
-    return manifest
+    return Storage(wh).current_silver(collection_id)
 
 
 def build_silver(wh: Warehouse, collection_id: str, force: bool = False) -> SilverManifest:
@@ -352,7 +348,7 @@ def build_silver(wh: Warehouse, collection_id: str, force: bool = False) -> Silv
         if cached is not None:
             return cached
     if Storage(wh).collection(collection_id) is None:
-        raise NoCollectionsError(f"collection {collection_id!r} is not committed in {wh.root}")
+        raise UnknownCollectionError(f"collection {collection_id!r} is not committed in {wh.root}")
     return write_silver(wh, collection_id, silver_tables(wh, collection_id))
 
 
@@ -384,15 +380,3 @@ def write_silver(wh: Warehouse, collection_id: str, tables: dict[str, pa.Table])
         )
 
     return Storage(wh).replace_silver(collection_id, tables, manifest, _parquet_options)
-
-
-def load_silver(wh: Warehouse, collection_id: str, table: str, columns: list[str] | None = None) -> pa.Table:
-    """One silver table of one collection, from its committed cache."""
-    manifest = cached_manifest(wh, collection_id)
-    if manifest is None:
-        raise TransformError(f"silver cache of {collection_id} is missing", "run `tracebank transform`")
-    folder = wh.silver_collection_dir(collection_id)
-    files = files_of(folder, manifest, table)
-    if not files:
-        return schemas.SILVER[table].empty_table()
-    return read_table(files, columns=columns)

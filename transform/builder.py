@@ -1,6 +1,6 @@
 """`transform`: committed collections to a new, immutable dataset version ``NAME@vN``.
 
-Order of work: silver caches (built once per collection) -> rewarded calls
+Order of work: silver caches (built by ``collect``; read here) -> rewarded calls
 (upstream's adapter + the recipe's reverse walk) -> token rows (optionally
 merged per trajectory) -> filters and selection -> Parquet files -> manifest.
 The version folder is reserved first and committed last; on any failure it
@@ -26,9 +26,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from tracebank.collect import silver as silver_mod
 from tracebank.transform.config import TransformConfig
-from tracebank.transform.errors import EmptyDatasetError, NoCollectionsError, TransformError
+from tracebank.transform.errors import (
+    EmptyDatasetError,
+    NoCollectionsError,
+    SilverMissingError,
+    TransformError,
+)
 from tracebank.transform.manifest import content_hash, source_hash, stats, summary_line
 from tracebank.transform.rows import CallTokens, build_rows
 from tracebank.transform.select import rollout_scores, select_rows
@@ -38,7 +42,7 @@ from tracebank.warehouse import schemas
 from tracebank.warehouse.arrowutil import arrow_ints
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.layout import Warehouse
-from tracebank.warehouse.records import CollectionManifest, DatasetManifest, SilverManifest
+from tracebank.warehouse.records import CollectionManifest, DatasetManifest
 from tracebank.warehouse.storage import Storage, files_of, read_table
 
 CALL_COLUMNS = [
@@ -116,44 +120,28 @@ def _bronze(
     return read_table(files, columns=columns, schema=pa.schema([schema.field(c) for c in columns]))
 
 
-Inputs = tuple[
-    pl.DataFrame,
-    Future[CallTokens],
-    pl.DataFrame,
-    pl.DataFrame,
-    pl.DataFrame,
-    dict[str, int],
-    list[Future[dict[str, Any]]],
-]
+Inputs = tuple[pl.DataFrame, Future[CallTokens], pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, int]]
 
 
 def load_inputs(
-    wh: Warehouse, chosen: list[tuple[str, CollectionManifest]], rebuild: bool, pool: ThreadPoolExecutor
+    wh: Warehouse, chosen: list[tuple[str, CollectionManifest]], pool: ThreadPoolExecutor
 ) -> Inputs:
-    """(calls, their tokens, rewards, attempts, rollouts, silver counts, pending silver writes).
+    """(calls, their tokens, rewards, attempts, rollouts, silver counts).
 
     ``calls`` holds the small per-call columns and ``tok``, the call's index in the
     token lists, which stay flat in ``CallTokens`` until rows are materialised.
-    Cached token lists are read on ``pool`` while the rows are planned (planning
-    never looks at them). A missing silver cache is computed here and used
-    straight from memory; writing and committing it runs on ``pool`` too.
+    Token lists are read from the silver caches on ``pool`` while the rows are
+    planned (planning never looks at them).
     """
     calls, rewards, attempts, rollouts = [], [], [], []
     token_parts: list[Callable[[], pa.Table]] = []
-    pending: list[Future[SilverManifest]] = []
-    built = cached = loaded = 0
+    storage = Storage(wh)
+    loaded = 0
     for order, (cid, manifest) in enumerate(chosen):
-        if not rebuild and silver_mod.cached_manifest(wh, cid) is not None:
-            cached += 1
-            c = silver_mod.load_silver(wh, cid, "llm_calls", CALL_COLUMNS)
-            r = silver_mod.load_silver(wh, cid, "rewards", REWARD_COLUMNS)
-            token_parts.append(partial(silver_mod.load_silver, wh, cid, "llm_calls", TOKEN_COLUMNS))
-        else:
-            built += 1
-            tables = silver_mod.silver_tables(wh, cid)
-            pending.append(pool.submit(silver_mod.write_silver, wh, cid, tables))
-            c, r = tables["llm_calls"].select(CALL_COLUMNS), tables["rewards"].select(REWARD_COLUMNS)
-            token_parts.append(partial(tables["llm_calls"].select, TOKEN_COLUMNS))
+        require_silver(storage, cid)
+        c = storage.silver_table(cid, "llm_calls", CALL_COLUMNS)
+        r = storage.silver_table(cid, "rewards", REWARD_COLUMNS)
+        token_parts.append(partial(storage.silver_table, cid, "llm_calls", TOKEN_COLUMNS))
         c = c.append_column("tok", arrow_ints(np.arange(loaded, loaded + c.num_rows, dtype=np.int64)))
         loaded += c.num_rows
         calls.append(c.append_column("source_order", arrow_ints(np.full(c.num_rows, order, np.int32))))
@@ -167,15 +155,17 @@ def load_inputs(
     rollout_frame = pl.from_arrow(pa.concat_tables(rollouts))
     assert isinstance(call_frame, pl.DataFrame) and isinstance(reward_frame, pl.DataFrame)
     assert isinstance(attempt_frame, pl.DataFrame) and isinstance(rollout_frame, pl.DataFrame)
-    return (
-        call_frame,
-        tokens,
-        reward_frame,
-        attempt_frame,
-        rollout_frame,
-        {"built": built, "cached": cached},
-        pending,
-    )
+    return call_frame, tokens, reward_frame, attempt_frame, rollout_frame, {"cached": len(chosen)}
+
+
+def require_silver(storage: Storage, collection_id: str) -> None:
+    """Raise SilverMissingError unless the collection has a current silver cache."""
+    if storage.current_silver(collection_id) is None:
+        raise SilverMissingError(
+            f"the silver tables of collection {collection_id} are missing or stale",
+            f"build them with `tracebank collect --rebuild-silver --collection {collection_id}` "
+            "(`tracebank transform` builds them itself)",
+        )
 
 
 def _load_tokens(parts: list[Callable[[], pa.Table]], expected: int) -> CallTokens:
@@ -193,13 +183,8 @@ def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
     config.validate()
     chosen = choose_collections(wh, config.collections)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="transform-io") as pool:
-        calls, tokens, rewards, attempts, rollouts, silver_counts, pending = load_inputs(
-            wh, chosen, config.rebuild_silver, pool
-        )
-        result = _build(wh, config, chosen, calls, tokens, rewards, attempts, rollouts, silver_counts)
-        for future in pending:
-            future.result()  # a silver cache that failed to commit fails the run loudly
-    return result
+        calls, tokens, rewards, attempts, rollouts, silver_counts = load_inputs(wh, chosen, pool)
+        return _build(wh, config, chosen, calls, tokens, rewards, attempts, rollouts, silver_counts)
 
 
 def _build(
@@ -271,11 +256,3 @@ def _build(
         storage.abandon_version(folder)
         raise
     return TransformResult(DatasetRef(config.name, version), folder, manifest)
-
-
-def build_silver(
-    wh: Warehouse, collections: tuple[str, ...] = (), force: bool = False
-) -> list[SilverManifest]:
-    """Build (or reuse) the silver caches of the chosen collections (default all); their manifests."""
-    wh.check_format()
-    return [silver_mod.build_silver(wh, cid, force=force) for cid, _ in choose_collections(wh, collections)]

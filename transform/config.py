@@ -53,9 +53,6 @@ class TransformConfig:
     """trajectory: calls that extend the previous call's prompt + response become one row; tokens in
     between are masked with -100."""
 
-    rebuild_silver: bool = False
-    """Rebuild the silver tables of every chosen collection even if cached."""
-
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form notes recorded in the manifest (not part of the content hash)."""
 

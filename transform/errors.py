@@ -19,3 +19,7 @@ class NoCollectionsError(NotFoundError):
 
 class EmptyDatasetError(TransformError):
     """The chosen spans yield no row; nothing is written."""
+
+
+class SilverMissingError(TransformError):
+    """A chosen collection has no current silver cache (``collect`` builds it)."""

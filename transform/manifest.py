@@ -20,7 +20,7 @@ from tracebank.warehouse.records import CollectionManifest
 ROWS_FORMAT = 3
 
 # Options that change where or how fast a version is built, not what it holds.
-_NOT_HASHED = ("name", "rebuild_silver", "collections")
+_NOT_HASHED = ("name", "collections")
 
 
 def source_hash(manifest: CollectionManifest) -> str:

@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tracebank.warehouse import commit
+from tracebank.warehouse import commit, schemas
 from tracebank.warehouse.commit import check_sizes, verify_hashes
+from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.errors import CorruptFileError, WarehouseError
 from tracebank.warehouse.layout import MANIFEST, Warehouse
 from tracebank.warehouse.records import (
@@ -146,6 +147,23 @@ class Storage:
 
     def silver(self, collection_id: str) -> SilverManifest | None:
         return read_manifest(self.wh.silver_collection_dir(collection_id), SilverManifest)
+
+    def current_silver(self, collection_id: str) -> SilverManifest | None:
+        """The committed silver cache of ``collection_id`` if this code's SILVER_VERSION built it."""
+        manifest = self.silver(collection_id)
+        if manifest is None or manifest.silver_version != SILVER_VERSION:
+            return None
+        return manifest
+
+    def silver_table(self, collection_id: str, table: str, columns: list[str] | None = None) -> pa.Table:
+        """One table of a current silver cache (see :meth:`current_silver`; the caller checked it)."""
+        manifest = self.current_silver(collection_id)
+        if manifest is None:
+            raise WarehouseError(f"silver cache of {collection_id} is missing or stale")
+        files = files_of(self.wh.silver_collection_dir(collection_id), manifest, table)
+        if not files:
+            return schemas.SILVER[table].empty_table().select(columns or schemas.SILVER[table].names)
+        return read_table(files, columns=columns)
 
     def dataset_names(self) -> list[str]:
         return [p.name for p in _subdirs(self.wh.datasets_dir)]

@@ -258,3 +258,15 @@ def scenario(seed: int = 0, n_random: int = 30) -> Scenario:
             task={"q": f"task-{i % 7}"},
         )
     return sc
+
+
+def scenario_warehouse(root: Any, seed: int, n_random: int) -> Any:
+    """A new warehouse under ``root`` holding ``scenario(seed, n_random)`` as collection ``c1``."""
+    from tracebank.warehouse.layout import Warehouse
+
+    from tests.fixtures.bronze import commit_collection
+
+    wh = Warehouse(root / "warehouse").init()
+    sc = scenario(seed=seed, n_random=n_random)
+    commit_collection(wh, sc.spans, rollouts=sc.rollouts(), attempts=sc.attempts, collection_id="c1")
+    return wh

@@ -129,6 +129,7 @@ def test_good_spans_next_to_bad_ones_match_the_oracle(wh):
 
 def test_unreadable_attributes_do_not_abort(wh):
     """A span whose attributes are not JSON (a damaged collection) is skipped, not fatal."""
+    from tracebank.collect import build_silver
     from tracebank.warehouse import bronze
     from tracebank.warehouse.records import CollectionManifest
     from tracebank.warehouse.storage import Storage
@@ -155,5 +156,6 @@ def test_unreadable_attributes_do_not_abort(wh):
         ),
     ]
     storage.commit_collection(folder, CollectionManifest(collection_id="dmg", files=files))
+    build_silver(wh, ("dmg",))  # what `tracebank collect` does after its commit
     result = transform(wh, TransformConfig(name="dmg"))
     assert result.manifest["rows"] >= 4

@@ -84,7 +84,6 @@ def test_options_reach_the_manifest(filled, warehouse_position):
         "max_length": 100,
         "dedup": True,
         "merge": "trajectory",
-        "rebuild_silver": False,
     }
 
 
@@ -172,6 +171,7 @@ def test_help_documents_every_option():
         "--max-length",
         "--dedup",
         "--merge",
+        "--rebuild-silver",
     ):
         assert option in out.output
 
@@ -205,3 +205,44 @@ def test_old_flag_names_still_work(filled, warehouse_position):
 def test_transform_without_a_dataset_name_is_a_usage_error(filled, warehouse_position):
     out = _run(warehouse_position, filled, "transform")
     assert out.exit_code == 2 and "Missing option '--dataset'." in out.stderr
+
+
+def test_the_library_names_the_fix_for_missing_silver(wh):
+    from tracebank.transform import TransformConfig, transform
+    from tracebank.transform.errors import SilverMissingError
+
+    commit_collection(
+        wh, call_spans("r0", "r0-a1", 1, Call([1, 2], [3]), 1.0), collection_id="c9", silver=False
+    )
+    with pytest.raises(SilverMissingError) as err:
+        transform(wh, TransformConfig(name="sft"))
+    assert err.value.one_line() == (
+        "the silver tables of collection c9 are missing or stale (build them with "
+        "`tracebank collect --rebuild-silver --collection c9` (`tracebank transform` builds them itself))"
+    )
+    assert catalog.dataset_versions(wh, "sft") == []
+
+
+def test_the_cli_builds_missing_and_stale_silver_first(wh, warehouse_position):
+    from tracebank.warehouse.storage import Storage
+
+    spans = call_spans("r0", "r0-a1", 1, Call([1, 2], [3]), 1.0) + [reward_span("r0", "r0-a1", 2, 1.0, 2.0)]
+    commit_collection(wh, spans, collection_id="c1", silver=False)
+    assert Storage(wh).current_silver("c1") is None
+    out = _run(warehouse_position, wh, "transform", "--dataset", "sft")
+    assert out.exit_code == 0, out.output
+    assert out.output.startswith("wrote sft@v1: 1 rows")
+    built = Storage(wh).current_silver("c1")
+    assert built is not None
+    # A cache of another SILVER_VERSION counts as stale and is rebuilt too.
+    manifest_path = wh.silver_collection_dir("c1") / "manifest.json"
+    manifest_path.write_text(json.dumps({**json.loads(manifest_path.read_text()), "silver_version": -1}))
+    assert _run(warehouse_position, wh, "transform", "--dataset", "sft").exit_code == 0
+    rebuilt = Storage(wh).current_silver("c1")
+    assert rebuilt is not None and rebuilt.files != built.files
+    # A current cache is reused, unless --rebuild-silver asks otherwise.
+    assert _run(warehouse_position, wh, "transform", "--dataset", "sft").exit_code == 0
+    assert Storage(wh).current_silver("c1") == rebuilt
+    assert _run(warehouse_position, wh, "transform", "--dataset", "sft", "--rebuild-silver").exit_code == 0
+    forced = Storage(wh).current_silver("c1")
+    assert forced is not None and forced.files != rebuilt.files

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-from tracebank.transform import TransformConfig, build_silver, transform
+from tracebank.transform import TransformConfig, transform
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.warehouse import catalog, schemas
 from tracebank.warehouse.commit import verify_hashes
@@ -12,16 +12,12 @@ from tracebank.warehouse.errors import NotFoundError
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
 
-from tests.fixtures.bronze import commit_collection
-from tests.transform.oracle import scenario
+from tests.transform.oracle import scenario_warehouse
 
 
 @pytest.fixture(scope="module")
 def wh(tmp_path_factory):
-    wh = Warehouse(tmp_path_factory.mktemp("manifest") / "warehouse").init()
-    sc = scenario(seed=1, n_random=20)
-    commit_collection(wh, sc.spans, rollouts=sc.rollouts(), attempts=sc.attempts, collection_id="c1")
-    return wh
+    return scenario_warehouse(tmp_path_factory.mktemp("manifest"), seed=1, n_random=20)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +66,6 @@ def test_files_schema_and_manifest_keys(version):
         "max_length": None,
         "dedup": False,
         "merge": "none",
-        "rebuild_silver": False,
     }
     assert [s["collection_id"] for s in m["sources"]] == ["c1"] and len(m["sources"][0]["content_hash"]) == 64
 
@@ -127,18 +122,6 @@ def test_views_in_sql(wh, version):
         "SELECT role, content FROM messages WHERE direction = 'output' AND content LIKE '%it''s%token_ids%'",
     ).to_pylist()
     assert msgs and msgs[0]["role"] == "assistant"
-
-
-def test_silver_is_cached_and_rebuilt_on_request(wh, version):
-    first = build_silver(wh)[0]
-    assert build_silver(wh)[0] == first
-    rebuilt = build_silver(wh, force=True)[0]
-    assert rebuilt.files != first.files
-    assert [f.rows for f in rebuilt.files] == [f.rows for f in first.files]
-    folder = wh.silver_collection_dir("c1")
-    assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [f.path for f in rebuilt.files] + ["manifest.json"]
-    )
 
 
 def test_unknown_collection_and_no_rows(wh, tmp_path):

@@ -41,7 +41,7 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
 @click.option(
     "--store",
     "store_url",
-    required=True,
+    default=None,
     metavar="URL",
     help="The `agl store` to read, e.g. http://127.0.0.1:4747.",
 )
@@ -92,6 +92,18 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
     is_flag=True,
     help="Skip building the llm_calls / rewards / messages tables of the new collection now.",
 )
+@click.option(
+    "--rebuild-silver",
+    is_flag=True,
+    help="Collect nothing; rebuild the silver tables of the --collection(s) (default: all collections).",
+)
+@click.option(
+    "--collection",
+    "collections",
+    multiple=True,
+    metavar="ID",
+    help="With --rebuild-silver: only this collection (repeatable).",
+)
 @pass_warehouse
 def collect(
     wh: Any,
@@ -106,17 +118,27 @@ def collect(
     concurrency: int,
     rows_per_file: int,
     no_silver: bool,
+    rebuild_silver: bool,
+    collections: tuple[str, ...],
 ) -> None:
     """Copy new rollouts, attempts and spans from the store at URL into one new collection.
 
     Attempts already in the warehouse are skipped, so rerunning adds only what is new.
     Then the collection's silver tables (llm_calls, rewards, messages) are built, so they
-    are queryable at once and `tracebank transform` starts from them.
+    are queryable at once and `tracebank transform` starts from them. With --rebuild-silver
+    nothing is collected: the silver tables of committed collections are built again.
     """
-    from tracebank.collect import CollectConfig, parse_since
+    from tracebank.collect import CollectConfig, parse_since, silver_summary
     from tracebank.collect import collect as run_collect
     from tracebank.collect.errors import CollectUsageError
 
+    if rebuild_silver:
+        _rebuild(wh, store_url, collections)
+        return
+    if store_url is None:
+        raise click.UsageError("Missing option '--store'.")
+    if collections:
+        raise CollectUsageError("--collection works only with --rebuild-silver")
     if tag is not None and (not tag.strip() or "\n" in tag or len(tag) > 100):
         raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
     config = CollectConfig(
@@ -129,21 +151,29 @@ def collect(
         redact=not no_redact,
         concurrency=concurrency,
         rows_per_file=rows_per_file,
+        silver=not no_silver,
     ).validate()
     with _progress_bar(sys.stderr.isatty()) as progress:
         result = run_collect(store_url, wh, config, progress=progress)
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     click.echo(result.summary())
-    if result.collection_id is not None and not no_silver:
-        from tracebank.transform import build_silver
+    if result.silver is not None:
+        click.echo(f"silver: {silver_summary(result.silver)}")
 
-        (silver,) = build_silver(wh, (result.collection_id,))
-        counts = silver.counts
-        click.echo(
-            f"silver: {counts['llm_calls']} llm calls ({counts['usable_calls']} with token ids), "
-            f"{counts['rewards']} rewards, {counts['messages']} messages"
+
+def _rebuild(wh: Any, store_url: str | None, collections: tuple[str, ...]) -> None:
+    """``--rebuild-silver``: the silver tables of committed collections, built again."""
+    from tracebank.collect import build_silver, silver_summary
+    from tracebank.collect.errors import CollectUsageError
+
+    if store_url is not None:
+        raise CollectUsageError(
+            "--rebuild-silver collects nothing, so it takes no --store",
+            "run the two commands one after the other",
         )
+    for manifest in build_silver(wh, collections, force=True):
+        click.echo(f"silver of {manifest.collection_id}: {silver_summary(manifest)}")
 
 
 COMMANDS = [collect]

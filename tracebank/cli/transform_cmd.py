@@ -32,20 +32,33 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
 @config_option(TransformConfig, "max_length")
 @config_option(TransformConfig, "dedup")
 @config_option(TransformConfig, "merge", type=click.Choice(MERGE))
-@config_option(TransformConfig, "rebuild_silver")
+@click.option(
+    "--rebuild-silver",
+    is_flag=True,
+    help="Rebuild the silver tables of every chosen collection even if cached.",
+)
 @pass_warehouse
-def transform(wh: Any, name: str | None, collections: tuple[str, ...], **options: Any) -> None:
+def transform(
+    wh: Any, name: str | None, collections: tuple[str, ...], rebuild_silver: bool, **options: Any
+) -> None:
     """Build the next version of a dataset (--dataset NAME) from collected spans.
 
     With the defaults the rows are exactly those of Agent Lightning's
-    LlmProxyTraceToTriplet + the Unsloth SFT recipe's data step.
+    LlmProxyTraceToTriplet + the Unsloth SFT recipe's data step. The chosen
+    collections' silver tables are built first where missing or stale.
     """
+    from tracebank.collect import build_silver
     from tracebank.transform import transform as run
+    from tracebank.transform.builder import choose_collections
 
     name = name or click.get_current_context().meta.get("tracebank.dataset_alias")
     if not name:
         raise click.UsageError("Missing option '--dataset'.")
     config = TransformConfig(name=name, collections=tuple(collections), **options)
+    wh.check_format()
+    config.validate()
+    chosen = tuple(cid for cid, _ in choose_collections(wh, config.collections))
+    build_silver(wh, chosen, force=rebuild_silver)
     click.echo(run(wh, config).summary())
 
 
