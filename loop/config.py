@@ -35,7 +35,7 @@ class ServerConfig:
     tool_call_parser: str | None = "hermes"
     """vLLM ``--tool-call-parser`` (with ``--enable-auto-tool-choice``); None leaves tool calls off."""
     gpu_memory_utilization: float | None = None
-    """vLLM GPU memory fraction (default: vLLM's)."""
+    """vLLM GPU memory fraction; of host RAM on vLLM's CPU build (default: vLLM's; 0.15 on the CPU build)."""
     max_model_len: int | None = None
     """Prompt + completion token limit (default: the model's own)."""
     quantization: str | None = None
@@ -48,6 +48,15 @@ class ServerConfig:
     """CPU server only: completion length when a request sets no ``max_tokens``."""
     threads: int | None = None
     """CPU server only: torch threads; torch's default when None."""
+    vllm_python: Path | None = None
+    """Python of an environment with vLLM (default: $TRACEBANK_VLLM_PYTHON, else the cached one,
+    built on first use)."""
+    enforce_eager: bool | None = None
+    """vLLM --enforce-eager, no graph compilation (default: on for vLLM's CPU build, where
+    compiling takes minutes)."""
+    max_lora_rank: int | None = None
+    """vLLM --max-lora-rank when serving a LoRA adapter folder (default: the smallest that fits
+    the adapter)."""
 
     def validate(self) -> ServerConfig:
         if self.kind not in SERVERS:
@@ -191,9 +200,13 @@ class DemoConfig:
     """How each iteration trains; a tiny model learns nothing at the recipe's 2e-4 in a few steps."""
     timeout_s: float = 240.0
     """Seconds each iteration's rollouts may take."""
+    server: str = "cpu"
+    """tracebank's quick CPU server, or the real vLLM (its CPU build here; the tiny model is then a Qwen3)."""
 
     def validate(self) -> DemoConfig:
         if self.rollouts < 1 or self.runners < 1 or self.iterations < 1:
             raise LoopUsageError("rollouts, runners and iterations must be at least 1")
         StagesConfig(transform=self.transform, train=self.train).validate()
+        if self.server not in SERVERS:
+            raise LoopUsageError(f"unknown server {self.server!r}", f"use one of {', '.join(SERVERS)}")
         return self

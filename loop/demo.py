@@ -62,16 +62,20 @@ def latest_model(work_dir: Path) -> Path | None:
     return max(versions)[1] if versions else None
 
 
-def prepare_model(work_dir: Path, seed: int = 0) -> tuple[Path, bool]:
-    """The model to start from, building ``version_0`` when there is none; (path, built)."""
+def prepare_model(work_dir: Path, seed: int = 0, server: str = "cpu") -> tuple[Path, bool]:
+    """The model to start from, building ``version_0`` when there is none; (path, built).
+
+    For vLLM it is the tiny Qwen3 (head_dim 64: vLLM's CPU attention refuses the Qwen2's 16).
+    """
     found = latest_model(work_dir)
     if found is not None:
         return found.resolve(), False
-    from tracebank.train.tiny_model import build_tiny_model
+    from tracebank.train.tiny_model import build_tiny_model, build_tiny_qwen3_model
 
-    return Path(
-        build_tiny_model(work_dir / "version_0", seed=seed, initializer_range=TINY_INIT_RANGE)
-    ).resolve(), True
+    target = work_dir / "version_0"
+    if server == "vllm":
+        return build_tiny_qwen3_model(target, seed=seed, initializer_range=TINY_INIT_RANGE).resolve(), True
+    return Path(build_tiny_model(target, seed=seed, initializer_range=TINY_INIT_RANGE)).resolve(), True
 
 
 def run_demo(wh: Warehouse, config: DemoConfig | None = None, on_event: OnEvent | None = None) -> DemoResult:
@@ -82,7 +86,11 @@ def run_demo(wh: Warehouse, config: DemoConfig | None = None, on_event: OnEvent 
     wh.init()
     work = Path(config.work_dir).expanduser().resolve()
     logs = work / "logs"
-    model, built = prepare_model(work, config.seed)
+    model, built = prepare_model(work, config.seed, config.server)
+    if config.server == "vllm":
+        from tracebank.loop.servers import check_vllm
+
+        check_vllm(model, ServerConfig())  # finds (or builds, once) vLLM before anything starts
     emit(ModelReady(str(model), built))
     with agl_store(logs / "agl-store.log") as url:
         emit(StoreStarted(url))
@@ -112,7 +120,9 @@ def _train_with_agentlightning(
     from tracebank.serve.proxy import TracebankLLMProxy
 
     round_config = RoundConfig(
-        server=ServerConfig(kind="cpu", default_max_tokens=16, threads=1),
+        server=ServerConfig(kind="cpu", default_max_tokens=16, threads=1)
+        if config.server == "cpu"
+        else ServerConfig(kind="vllm", max_model_len=1024),
         stages=StagesConfig(
             then="train",
             transform=config.transform,

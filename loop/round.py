@@ -221,9 +221,9 @@ def run_round(
     config = (config or RoundConfig()).validate()
     model = check_model_dir(Path(model))
     if config.server.kind == "vllm":
-        from tracebank.loop.servers import vllm_executable
+        from tracebank.loop.servers import check_vllm
 
-        vllm_executable()  # before anything starts: a machine without vLLM fails in a second
+        check_vllm(model, config.server)  # before anything starts: a model vLLM cannot serve fails now
 
     async def main() -> RoundResult:
         from agentlightning import LightningStoreClient

@@ -9,17 +9,16 @@ own (so Ctrl-C does not reach it) and would otherwise outlive the round.
 from __future__ import annotations
 
 import re
-import shutil
-import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from tracebank.loop.config import ServerConfig
 from tracebank.loop.errors import LoopUsageError
+from tracebank.serve.adapters import adapter_base
 from tracebank.serve.config import CpuServerConfig
 from tracebank.serve.process import ServerProcess, cpu_server_command, free_port, start_server
-
-#: The checkout root: the CPU server child imports ``serve`` from it even when tracebank is not installed.
+from tracebank.serve.vllm_server import VllmLaunch, check_cpu_servable, vllm_command, vllm_environment
 
 
 def served_name(model: Path, config: ServerConfig) -> str:
@@ -27,42 +26,57 @@ def served_name(model: Path, config: ServerConfig) -> str:
     return config.served_model_name or str(model)
 
 
-def vllm_executable() -> str:
-    """The ``vllm`` command next to this Python, else on PATH; a usage error when there is none."""
-    beside = Path(sys.executable).with_name("vllm")
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("vllm")
-    if found is None:
-        raise LoopUsageError(
-            "vllm is not installed, so `--server vllm` cannot serve the model",
-            "pip install 'tracebank[gpu]' on a CUDA machine, or pass --server cpu for a small model",
-        )
-    return found
+def vllm_python(config: ServerConfig, emit: Callable[[str], None] | None = None) -> Path:
+    """The Python vLLM runs in: ``--vllm-python``, ``$TRACEBANK_VLLM_PYTHON``, or the cached
+    environment (serve.vllm_env), built on first use (minutes, once per machine)."""
+    if config.vllm_python is not None:
+        python = Path(config.vllm_python).expanduser()
+        if not python.exists():
+            raise LoopUsageError(
+                f"--vllm-python {python} does not exist", "pass the python of an environment with vLLM"
+            )
+        return python
+    from tracebank.serve.vllm_env import ensure_vllm_env
+
+    return ensure_vllm_env(log=emit)
 
 
-def vllm_command(model: Path, port: int, config: ServerConfig) -> list[str]:
-    """``vllm serve`` as the recipe runs it, plus the round's memory, length and quantisation flags."""
-    cmd = [
-        vllm_executable(),
-        "serve",
-        str(model),
-        "--host",
-        config.host,
-        "--port",
-        str(port),
-        "--served-model-name",
-        served_name(model, config),
-    ]
-    if config.tool_call_parser:
-        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
-    if config.gpu_memory_utilization is not None:
-        cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
-    if config.max_model_len is not None:
-        cmd += ["--max-model-len", str(config.max_model_len)]
-    if config.quantization:
-        cmd += ["--quantization", config.quantization]
-    return cmd + list(config.extra_args)
+def check_vllm(model: Path, config: ServerConfig) -> Path:
+    """Before a round starts anything: the model is one vLLM can serve here, and vLLM is there
+    (the cached environment is built now when missing). Returns vLLM's Python."""
+    from tracebank.serve.vllm_env import has_cuda
+
+    if not has_cuda():
+        check_cpu_servable(adapter_base(model) or model)
+    return vllm_python(config)
+
+
+def vllm_launch(model: Path, port: int, config: ServerConfig) -> VllmLaunch:
+    """How vLLM serves ``model``: an adapter folder is served as a LoRA module on its base."""
+    from tracebank.serve.vllm_env import has_cuda
+
+    cpu = not has_cuda()
+    base = adapter_base(model)
+    name = served_name(model, config)
+    if cpu:
+        check_cpu_servable(base or model)
+    return VllmLaunch(
+        python=vllm_python(config),
+        model=base or model,
+        port=port,
+        host=config.host,
+        # Requests name the adapter; the base answers to its own path, as vLLM's default.
+        served_model_name=str(base) if base else name,
+        cpu=cpu,
+        tool_call_parser=config.tool_call_parser,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        max_model_len=config.max_model_len,
+        quantization=config.quantization,
+        enforce_eager=cpu if config.enforce_eager is None else config.enforce_eager,
+        lora_modules=((name, model),) if base else (),
+        max_lora_rank=config.max_lora_rank,
+        extra_args=tuple(config.extra_args),
+    )
 
 
 def server_command(model: Path, port: int, config: ServerConfig) -> list[str]:
@@ -76,15 +90,19 @@ def server_command(model: Path, port: int, config: ServerConfig) -> list[str]:
             max_model_len=config.max_model_len,
             default_max_tokens=config.default_max_tokens,
             threads=config.threads,
+            # As vLLM: responses to requests with tools are parsed for tool calls.
+            tool_call_parser=config.tool_call_parser,
         )
         cmd = cpu_server_command(cpu)
         return cmd + list(config.extra_args)
-    return vllm_command(model, port, config)
+    return vllm_command(vllm_launch(model, port, config))
 
 
 def check_model_dir(model: Path) -> Path:
     """``model`` resolved, or a usage error when it is not a model folder."""
     model = Path(model).expanduser().resolve()
+    if model.is_dir() and adapter_base(model) is not None:
+        return model  # a LoRA adapter folder, served on its base
     if not model.is_dir():
         raise LoopUsageError(f"model folder {model} does not exist", "pass --base-model a local model folder")
     if not (model / "config.json").exists():
@@ -107,12 +125,18 @@ def launch(
     model = check_model_dir(model)
     port = config.port or free_port(config.host)
     root = f"http://{config.host}:{port}"
+    if config.kind == "vllm":
+        launch = vllm_launch(model, port, config)
+        command, env = vllm_command(launch), vllm_environment(launch.cpu)
+    else:
+        command, env = server_command(model, port, config), {}
     return start_server(
-        server_command(model, port, config),
+        command,
         f"{root}/v1",
         f"{root}/health",
         log_path,
         config.startup_timeout_s,
+        env=env,
         cancel=cancel,
         label=f"{config.kind} server",
     )

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# Only for tests.fixtures: tracebank itself comes installed (the staged wheel), and the checkout's
+# tracebank/ folder (the CLI alone) must not shadow it, so the checkout goes last.
+sys.path.append(str(ROOT))
 
 
 def environment() -> dict[str, Any]:

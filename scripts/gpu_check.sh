@@ -4,16 +4,15 @@
 # then load the merged 16-bit output and generate), a tokens/s run on a ~100M-parameter
 # model, and the Unsloth path when unsloth imports there. Results: $OUT/gpu_check.json.
 #
+# Prepared, not yet run: no session so far has been lent a GPU machine.
+#
 # The GPU machine is not this one: its `python3` already holds a CUDA torch (never pip
 # install torch there; the project's CPU pin is for CI only), transformers, accelerate,
-# peft, pyarrow, numpy, tokenizers, safetensors, pandas... but NOT trl, datasets, dill or
-# multiprocess, and it cannot download anything. Stage those as wheels first, on the
-# development machine, in the repository root (they travel in the carried .whl folder):
+# peft, pyarrow, numpy, tokenizers, safetensors, pandas... but NOT tracebank, duckdb, trl,
+# datasets, dill or multiprocess, and it cannot download anything. Stage those as wheels
+# first, here, in the repository root (they travel in the carried .whl folder, < 64 MiB):
 #
-#   echo /.whl/ >> .git/info/exclude
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#       --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-#       -d .whl trl==1.15.0 datasets==4.8.5 dill==0.4.1 multiprocess==0.70.19
+#   bash scripts/stage_gpu_wheels.sh
 #
 # then call the device tool with carry [".whl"] and the command
 #   bash scripts/gpu_check.sh
@@ -34,20 +33,24 @@ if compgen -G ".whl/*.whl" >/dev/null; then
         --target "$SITE" .whl/*.whl
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# The checkout is NOT put on PYTHONPATH: its stage folders only import as tracebank.* once
+# installed (the staged wheel), and its tracebank/ folder alone would shadow the install.
 
 # Fail fast, with the fix, when a library is missing (before any model is built).
-"$PY" - <<'EOF'
+"$PY" -P - <<'EOF'
 import importlib, sys
 missing = []
-for name in ("torch", "transformers", "peft", "trl", "datasets", "accelerate", "pyarrow", "tokenizers"):
+for name in (
+    "torch", "transformers", "peft", "trl", "datasets", "accelerate", "pyarrow", "tokenizers", "duckdb",
+    "tracebank.train",
+):
     try:
         importlib.import_module(name)
     except Exception as exc:  # ImportError, or a broken install
         missing.append(f"{name} ({type(exc).__name__}: {exc})")
 if missing:
     print("missing on this machine: " + "; ".join(missing))
-    print("stage wheels in .whl as scripts/gpu_check.sh's header says, and carry .whl")
+    print("run scripts/stage_gpu_wheels.sh on the development machine, and carry .whl")
     sys.exit(3)
 import torch
 if not torch.cuda.is_available():

@@ -28,6 +28,9 @@ class CpuServerConfig:
     which is far too slow on a CPU for a random-weight model that rarely emits EOS)."""
     threads: int | None = None
     """torch intra-op threads; torch's default when None."""
+    tool_call_parser: str | None = None
+    """``hermes`` parses tool calls out of responses to requests with ``tools`` (vLLM's
+    ``--enable-auto-tool-choice --tool-call-parser hermes``); None leaves the text as it is."""
 
     @property
     def model_name(self) -> str:

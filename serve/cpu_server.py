@@ -11,8 +11,12 @@ same bytes they see from ``vllm serve``:
   template), ``stream``), ``n`` must be 1.
 - With ``return_token_ids: true`` (vLLM >= 0.10.2) the response also carries the
   top-level ``prompt_token_ids`` and per-choice ``token_ids``, as vLLM's
-  ``ChatCompletionResponse`` / ``ChatCompletionResponseChoice`` do. Without it the
-  two fields are left out (vLLM sends them as null; no client reads the null).
+  ``ChatCompletionResponse`` / ``ChatCompletionResponseChoice`` do; without it both
+  are null. Every field vLLM 0.32 sends is sent, null where vLLM's is null
+  (``tests/serve/test_vllm_parity.py`` checks it against recorded vLLM responses).
+- ``logprobs`` / ``top_logprobs`` (of the raw model distribution, as vLLM's default).
+- With ``--tool-call-parser hermes``, a response to a request with ``tools`` is parsed
+  for hermes ``<tool_call>`` JSON like vLLM's parser (``serve.hermes``), streamed too.
 
 Token ids follow vLLM: the prompt ids are the chat template rendered with
 ``add_generation_prompt`` and tokenized without extra special tokens; the
@@ -41,12 +45,19 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tracebank.serve.adapters import adapter_base
 from tracebank.serve.config import CpuServerConfig
 from tracebank.serve.errors import ModelLoadError, ServeUsageError
+from tracebank.serve.hermes import StreamingToolParser, arguments_as_objects, parse_tool_calls
+
+#: What ``system_fingerprint`` says (vLLM sends ``vllm-<version>-<hash>``).
+FINGERPRINT = "tracebank-cpu-server"
+#: Tool-call parsers the CPU server knows (vLLM's names).
+TOOL_CALL_PARSERS = ("hermes",)
 
 
 class RequestError(Exception):
@@ -76,6 +87,8 @@ class SamplingSpec:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    logprobs: int | None = None
+    """Alternatives per token to report (``top_logprobs``); None when logprobs were not asked for."""
 
 
 @dataclass
@@ -86,6 +99,7 @@ class Generation:
     text: str = ""
     finish_reason: str = "length"
     stop_reason: str | int | None = None
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _message_text(content: Any) -> str:
@@ -129,14 +143,20 @@ class ChatModel:
         if config.threads:
             torch.set_num_threads(config.threads)
         folder = Path(config.model)
-        if not (folder / "config.json").is_file():
+        base = adapter_base(folder)
+        if base is None and not (folder / "config.json").is_file():
             raise ModelLoadError(
                 f"{folder} is not a model folder (no config.json)",
                 "pass a local Hugging Face model folder to --model",
             )
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
-            self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+            self.model = AutoModelForCausalLM.from_pretrained(str(base or folder), dtype=torch.float32)
+            if base is not None:
+                # A LoRA adapter on its base (what vLLM serves with --enable-lora): merged in memory.
+                from peft import PeftModel
+
+                self.model = PeftModel.from_pretrained(self.model, str(folder)).merge_and_unload()
         except Exception as exc:  # transformers raises many types; the user needs one line
             raise ModelLoadError(f"cannot load the model in {folder}: {exc}".splitlines()[0]) from exc
         if not getattr(self.tokenizer, "chat_template", None):
@@ -161,6 +181,12 @@ class ChatModel:
         # vLLM takes its default sampling from generation_config.json; only what the file sets.
         diff = self.model.generation_config.to_diff_dict()
         self.default_sampling = {k: diff[k] for k in ("temperature", "top_p", "top_k") if k in diff}
+        if config.tool_call_parser not in (None, *TOOL_CALL_PARSERS):
+            raise ServeUsageError(
+                f"unknown --tool-call-parser {config.tool_call_parser!r}",
+                f"the CPU server knows {', '.join(TOOL_CALL_PARSERS)}",
+            )
+        self.tool_call_parser = config.tool_call_parser
         self.lock = threading.Lock()
 
     def render(
@@ -212,8 +238,11 @@ class ChatModel:
             for _ in range(spec.max_tokens):
                 out = self.model(input_ids=inputs, past_key_values=past, use_cache=True)
                 past = out.past_key_values
-                token = self._pick(out.logits[0, -1].float(), spec, generator)
+                logits = out.logits[0, -1].float()
+                token = self._pick(logits, spec, generator)
                 result.token_ids.append(token)
+                if spec.logprobs is not None:
+                    result.logprobs.append(self._logprob_entry(logits, result.token_ids, spec))
                 if token in stop_ids:
                     # The stop token stays in the ids (as in vLLM) but not in the text.
                     result.finish_reason = "stop"
@@ -227,16 +256,64 @@ class ChatModel:
                     result.finish_reason, result.stop_reason = "stop", hit[1]
                     break
                 if on_text is not None:
-                    # Trailing U+FFFD may be a multi-byte character still being completed.
-                    safe = min(len(text) - hold, len(text.rstrip("\ufffd")))
-                    if safe > sent_chars:
-                        on_text(text[sent_chars:safe], result.token_ids[sent_ids:])
-                        sent_chars, sent_ids = safe, len(result.token_ids)
+                    # One call per token, as vLLM streams; trailing U+FFFD may be a multi-byte
+                    # character still being completed, so it waits, like a possible stop string.
+                    safe = max(sent_chars, min(len(text) - hold, len(text.rstrip("\ufffd"))))
+                    on_text(text[sent_chars:safe], result.token_ids[sent_ids:])
+                    sent_chars, sent_ids = safe, len(result.token_ids)
                 inputs = torch.tensor([[token]], dtype=torch.long)
+        if not isinstance(result.stop_reason, str):
+            # A character whose bytes are still incomplete when generation ends never reaches the
+            # text in vLLM (its incremental detokenizer waits for the rest); the ids keep its tokens.
+            # Text cut by a stop string was already complete up to the stop string.
+            text = text.rstrip("\ufffd")
         result.text = text
         if on_text is not None and (len(text) > sent_chars or len(result.token_ids) > sent_ids):
             on_text(text[sent_chars:], result.token_ids[sent_ids:])
         return result
+
+    def _logprob_entry(self, logits: Any, context: list[int], spec: SamplingSpec) -> dict[str, Any]:
+        """vLLM's logprobs entry of the last token of ``context`` (raw log-probabilities)."""
+        import torch
+
+        logprobs = torch.log_softmax(logits, dim=-1)
+        *before, token = context
+
+        def item(token_id: int) -> dict[str, Any]:
+            text = self._token_text(token_id, before)
+            return {"token": text, "logprob": float(logprobs[token_id]), "bytes": list(text.encode("utf-8"))}
+
+        top = torch.topk(logprobs, min(spec.logprobs or 0, logprobs.numel())).indices.tolist()
+        return {**item(token), "top_logprobs": [item(int(i)) for i in top]}
+
+    def _token_text(self, token_id: int, before: list[int]) -> str:
+        """A token's text as vLLM reports it in logprobs.
+
+        A token that ends in part of a multi-byte character decodes to U+FFFD; like vLLM,
+        decode it after up to four of the tokens before it and keep what it adds, or ""
+        when the character is still incomplete.
+        """
+        text = str(self.tokenizer.decode([token_id]))
+        if not text.endswith("\ufffd"):
+            return text
+        for size in range(1, min(len(before), 4) + 1):
+            context = before[-size:]
+            whole = str(self.tokenizer.decode(context + [token_id]))
+            if whole.endswith("\ufffd"):
+                continue
+            clean = len(context)
+            while clean > 0 and str(self.tokenizer.decode([context[clean - 1]])).endswith("\ufffd"):
+                clean -= 1
+            prefix = str(self.tokenizer.decode(context[:clean])) if clean else ""
+            if whole.startswith(prefix):
+                return whole[len(prefix) :]
+            common = 0
+            for a, b in zip(prefix, whole, strict=False):
+                if a != b:
+                    break
+                common += 1
+            return whole[common:]
+        return ""
 
     @staticmethod
     def _find_stop(text: str, stops: tuple[str, ...], searched: int) -> tuple[int, str] | None:
@@ -321,6 +398,9 @@ def sampling_spec(body: dict[str, Any], model: ChatModel, prompt_len: int) -> Sa
     if not isinstance(stop_ids, (list, tuple)) or not all(isinstance(i, int) for i in stop_ids):
         raise RequestError("stop_token_ids must be a list of integers", param="stop_token_ids")
     seed = _number(body, "seed", int, None)
+    top_logprobs = _number(body, "top_logprobs", int, 0)
+    if top_logprobs < 0 or top_logprobs > 20:
+        raise RequestError("top_logprobs must be between 0 and 20", param="top_logprobs")
     return SamplingSpec(
         max_tokens=max_tokens,
         temperature=temperature,
@@ -331,6 +411,7 @@ def sampling_spec(body: dict[str, Any], model: ChatModel, prompt_len: int) -> Sa
         stop_token_ids=tuple(stop_ids),
         ignore_eos=bool(body.get("ignore_eos")),
         skip_special_tokens=bool(body.get("skip_special_tokens", True)),
+        logprobs=top_logprobs if body.get("logprobs") else None,
     )
 
 
@@ -344,7 +425,9 @@ class PreparedRequest:
     return_token_ids: bool
     stream: bool
     include_usage: bool
-    request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    parse_tools: bool = False
+    """Whether the response is parsed for tool calls (tools given, tool_choice auto, a parser on)."""
+    request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:16]}")
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -354,20 +437,49 @@ def prepare(body: Any, model: ChatModel) -> PreparedRequest:
         raise RequestError("the request body must be a JSON object")
     asked = body.get("model")
     if asked is not None and asked != model.name:
-        raise RequestError(f"The model `{asked}` does not exist.", status=404, param="model")
-    messages = normalise_messages(body.get("messages"))
+        raise RequestError(
+            f"The model `{asked}` does not exist. Valid aliases: {model.name}.", status=404, param="model"
+        )
+    for unsupported in ("structured_outputs", "response_format", "guided_json", "guided_regex"):
+        value = body.get(unsupported)
+        if value is not None and value != {"type": "text"}:
+            # Ignoring it would answer with text the client did not constrain: refuse instead.
+            raise RequestError(f"the CPU server does not support {unsupported}", param=unsupported)
+    messages = arguments_as_objects(normalise_messages(body.get("messages")))
     tools = body.get("tools")
+    parse_tools = _parses_tools(body, model)
     kwargs = body.get("chat_template_kwargs")
     text, ids = model.render(messages, tools, kwargs if isinstance(kwargs, dict) else None)
     options = body.get("stream_options") or {}
+    spec = sampling_spec(body, model, len(ids))
+    if parse_tools:
+        # As vLLM's hermes parser: the tags may be special tokens, which must stay in the text.
+        spec = replace(spec, skip_special_tokens=False)
     return PreparedRequest(
         prompt_text=text,
         prompt_ids=ids,
-        spec=sampling_spec(body, model, len(ids)),
+        spec=spec,
         return_token_ids=bool(body.get("return_token_ids")),
         stream=bool(body.get("stream")),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+        parse_tools=parse_tools,
     )
+
+
+def _parses_tools(body: dict[str, Any], model: ChatModel) -> bool:
+    """Whether the response to ``body`` is parsed for tool calls; refuses what the CPU server cannot do."""
+    choice = body.get("tool_choice")
+    if not body.get("tools") or choice == "none":
+        return False
+    if choice not in (None, "auto"):
+        # vLLM forces these with guided decoding, which the CPU server does not have.
+        raise RequestError("the CPU server supports tool_choice 'auto' and 'none' only", param="tool_choice")
+    if model.tool_call_parser is None:
+        raise RequestError(
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+            param="tool_choice",
+        )
+    return True
 
 
 def _usage(prompt: int, completion: int) -> dict[str, Any]:
@@ -380,62 +492,117 @@ def _usage(prompt: int, completion: int) -> dict[str, Any]:
 
 
 def completion_body(req: PreparedRequest, gen: Generation, model_name: str) -> dict[str, Any]:
-    """The non-streamed response, in vLLM's ChatCompletionResponse shape."""
+    """The non-streamed response, in vLLM 0.32's ChatCompletionResponse shape (its nulls included)."""
+    content: str | None = gen.text
+    tool_calls: list[dict[str, Any]] = []
+    if req.parse_tools:
+        content, tool_calls = parse_tool_calls(gen.text)
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+    }
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    message["reasoning"] = None
     choice: dict[str, Any] = {
         "index": 0,
-        "message": {"role": "assistant", "content": gen.text},
-        "logprobs": None,
-        "finish_reason": gen.finish_reason,
+        "message": message,
+        "logprobs": {"content": gen.logprobs} if req.spec.logprobs is not None else None,
+        "finish_reason": "tool_calls" if tool_calls else gen.finish_reason,
         "stop_reason": gen.stop_reason,
+        "token_ids": list(gen.token_ids) if req.return_token_ids else None,
+        "routed_experts": None,
     }
-    body: dict[str, Any] = {
+    return {
         "id": req.request_id,
         "object": "chat.completion",
         "created": req.created,
         "model": model_name,
         "choices": [choice],
-        "usage": _usage(len(req.prompt_ids), len(gen.token_ids)),
+        "service_tier": None,
+        "system_fingerprint": FINGERPRINT,
+        "usage": {**_usage(len(req.prompt_ids), len(gen.token_ids)), "completion_tokens_details": None},
+        "prompt_logprobs": None,
+        "prompt_token_ids": list(req.prompt_ids) if req.return_token_ids else None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
-    if req.return_token_ids:
-        choice["token_ids"] = list(gen.token_ids)
-        body["prompt_token_ids"] = list(req.prompt_ids)
-    return body
 
 
 def stream_chunk(
     req: PreparedRequest,
     model_name: str,
     delta: dict[str, Any],
+    token_ids: list[int],
     finish_reason: str | None = None,
-    token_ids: list[int] | None = None,
-    first: bool = False,
     stop_reason: Any = None,
 ) -> dict[str, Any]:
-    """One ``chat.completion.chunk``, in vLLM's ChatCompletionStreamResponse shape."""
+    """One ``chat.completion.chunk`` after the first, in vLLM 0.32's shape."""
     choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
     if finish_reason is not None:
         choice["stop_reason"] = stop_reason
-    if req.return_token_ids and token_ids is not None:
-        choice["token_ids"] = list(token_ids)
-    chunk: dict[str, Any] = {
+    choice["token_ids"] = list(token_ids) if req.return_token_ids else None
+    return {
         "id": req.request_id,
         "object": "chat.completion.chunk",
         "created": req.created,
         "model": model_name,
         "choices": [choice],
     }
-    if req.return_token_ids and first:
-        chunk["prompt_token_ids"] = list(req.prompt_ids)
-    return chunk
+
+
+def first_chunk(req: PreparedRequest, model_name: str) -> dict[str, Any]:
+    """The chunk that opens a stream: the role, and the prompt ids (null unless asked for)."""
+    return {
+        "id": req.request_id,
+        "object": "chat.completion.chunk",
+        "created": req.created,
+        "model": model_name,
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        ],
+        "prompt_token_ids": list(req.prompt_ids) if req.return_token_ids else None,
+        "prompt_text": None,
+    }
+
+
+def usage_chunk(req: PreparedRequest, model_name: str, completion_tokens: int) -> dict[str, Any]:
+    """The last chunk when ``stream_options.include_usage`` is set (no choices)."""
+    usage = _usage(len(req.prompt_ids), completion_tokens)
+    del usage["prompt_tokens_details"]  # vLLM's streamed usage leaves it out
+    return {
+        "id": req.request_id,
+        "object": "chat.completion.chunk",
+        "created": req.created,
+        "model": model_name,
+        "choices": [],
+        "usage": usage,
+        "system_fingerprint": FINGERPRINT,
+    }
 
 
 def iter_stream(req: PreparedRequest, model: ChatModel) -> Iterator[str]:
-    """SSE lines of a streamed completion, generated on a worker thread under the model lock."""
+    """SSE lines of a streamed completion, generated on a worker thread under the model lock.
+
+    As vLLM: one chunk per generated token; the last one carries ``finish_reason``, and
+    ``system_fingerprint`` unless a usage chunk follows (then that one does).
+    """
 
     def sse(obj: dict[str, Any]) -> str:
         return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
-    yield sse(stream_chunk(req, model.name, {"role": "assistant", "content": ""}, token_ids=[], first=True))
+    yield sse(first_chunk(req, model.name))
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
 
     def work() -> None:
@@ -451,14 +618,22 @@ def iter_stream(req: PreparedRequest, model: ChatModel) -> Iterator[str]:
             events.put(("error", exc))
 
     threading.Thread(target=work, name="cpu-server-generate", daemon=True).start()
+    tools = StreamingToolParser() if req.parse_tools else None
+    text = ""
+
+    def delta(piece: str) -> dict[str, Any]:
+        nonlocal text
+        text += piece
+        return tools.delta(text) if tools is not None else {"content": piece}
+
     # One piece is held back so the last one can carry finish_reason, as vLLM's last chunk does.
-    held: tuple[str, list[int]] | None = None
+    held: tuple[dict[str, Any], list[int]] | None = None
     while True:
         kind, value = events.get()
         if kind == "piece":
             if held is not None:
-                yield sse(stream_chunk(req, model.name, {"content": held[0]}, token_ids=held[1]))
-            held = value
+                yield sse(stream_chunk(req, model.name, held[0], held[1]))
+            held = (delta(value[0]), value[1])
             continue
         if kind == "error":
             yield sse(RequestError(f"generation failed: {value}", status=500).body())
@@ -466,28 +641,14 @@ def iter_stream(req: PreparedRequest, model: ChatModel) -> Iterator[str]:
             return
         gen = value
         break
-    text, ids = held if held is not None else ("", [])
-    yield sse(
-        stream_chunk(
-            req,
-            model.name,
-            {"content": text},
-            token_ids=ids,
-            finish_reason=gen.finish_reason,
-            stop_reason=gen.stop_reason,
-        )
-    )
+    last_delta, last_ids = held if held is not None else ({}, [])
+    finish = "tool_calls" if tools is not None and tools.called else gen.finish_reason
+    last = stream_chunk(req, model.name, last_delta, last_ids, finish, gen.stop_reason)
+    if not req.include_usage:
+        last["system_fingerprint"] = FINGERPRINT
+    yield sse(last)
     if req.include_usage:
-        yield sse(
-            {
-                "id": req.request_id,
-                "object": "chat.completion.chunk",
-                "created": req.created,
-                "model": model.name,
-                "choices": [],
-                "usage": _usage(len(req.prompt_ids), len(gen.token_ids)),
-            }
-        )
+        yield sse(usage_chunk(req, model.name, len(gen.token_ids)))
     yield "data: [DONE]\n\n"
 
 

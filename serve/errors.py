@@ -23,3 +23,7 @@ class ServerStartError(ServeError):
 
 class ProxyError(ServeError):
     """The LLMProxy cannot be configured or started against the store."""
+
+
+class VllmEnvError(ServeError):
+    """The environment vLLM runs in cannot be found or built."""

@@ -149,6 +149,7 @@ def start_cpu_server(
     log_path: Path | None = None,
     timeout: float = 120.0,
     threads: int | None = None,
+    tool_call_parser: str | None = None,
 ) -> ServerProcess:
     """Serve ``model`` with ``python -m tracebank.serve.cpu_server`` on ``port`` (a free one when None)."""
     config = CpuServerConfig(
@@ -159,6 +160,7 @@ def start_cpu_server(
         max_model_len=max_model_len,
         default_max_tokens=default_max_tokens or CpuServerConfig.default_max_tokens,
         threads=threads,
+        tool_call_parser=tool_call_parser,
     )
     cmd = cpu_server_command(config)
     root = f"http://{host}:{config.port}"

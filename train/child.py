@@ -11,13 +11,50 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
 from typing import Any
+
+#: Set to 1 to let the training child import vLLM (tracebank's training never uses it).
+ALLOW_VLLM_VARIABLE = "TRACEBANK_TRAIN_ALLOW_VLLM"
+
+
+def hide_vllm() -> None:
+    """Make vLLM look absent to this process.
+
+    ``import unsloth`` probes for vLLM and imports it when installed (seconds of start-up
+    and memory for an engine the child never starts). With ``sys.modules["vllm"] = None``
+    ``importlib.util.find_spec("vllm")`` answers None and ``import vllm`` fails at once.
+    """
+    if os.environ.get(ALLOW_VLLM_VARIABLE) != "1" and "vllm" not in sys.modules:
+        sys.modules["vllm"] = None  # type: ignore[assignment]
+
+
+def end_with_parent(parent: int, poll_s: float = 1.0) -> threading.Thread:
+    """Stop this child's whole process group when ``parent`` is gone.
+
+    The child runs in a session of its own (so Ctrl-C in the terminal reaches only the
+    parent, which stops it cleanly); a parent killed outright (SIGKILL, or a SIGTERM from
+    ``timeout``) would otherwise leave it training on the GPU with nobody to report to.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="end-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def main(argv: list[str]) -> int:
     spec_path, fd = argv[0], int(argv[1])
+    end_with_parent(os.getppid())
+    hide_vllm()
     channel = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
 
     def emit(event: dict[str, Any]) -> None:

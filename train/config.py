@@ -211,7 +211,8 @@ class TrainConfig:
                     "the unsloth backend was asked for but unsloth is not installed",
                     "pip install 'tracebank[gpu]', or use --backend trl",
                 )
-        quantizer = env.bitsandbytes or backend == "unsloth"
+        # Unsloth's 4-bit loading is bitsandbytes too: without it, it loads 16-bit weights.
+        quantizer = env.bitsandbytes
         load_in_4bit = self.load_in_4bit
         if load_in_4bit is None:
             load_in_4bit = env.cuda and quantizer

@@ -7,6 +7,7 @@ best checkpoint and early stopping are this one path, so the two backends cannot
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Callable
@@ -183,7 +184,19 @@ class SFTRecipe:
                 f"embedding of {vocab} rows",
                 "the dataset was built with another tokenizer",
             )
-        model = self.backend.attach_adapter(model, spec, resolved)
+        loaded_4bit = is_loaded_in_4bit(model)
+        if loaded_4bit != resolved.load_in_4bit:
+            # Record what was done, not what was asked (a backend may fall back to 16 bits).
+            resolved = self.resolved = dataclasses.replace(resolved, load_in_4bit=loaded_4bit)
+            done = f"base model loaded in {'4' if loaded_4bit else '16'} bits"
+            note = f"{note}; {done}" if note else done
+        try:
+            model = self.backend.attach_adapter(model, spec, resolved)
+        except Exception as exc:  # peft and unsloth raise many types; the run needs one line
+            raise TrainError(
+                f"cannot attach LoRA adapters to {spec['base_model']}: {_first_line(exc)}",
+                "check --target-modules against the model's layer names",
+            ) from exc
         trainable, total = model.get_nb_trainable_parameters()
         self.emit(
             {
@@ -310,6 +323,13 @@ class SFTRecipe:
                 torch.cuda.empty_cache()
         except ImportError:
             pass
+
+
+def is_loaded_in_4bit(model: Any) -> bool:
+    """Whether ``model``'s weights really are 4-bit (bitsandbytes layers), whatever was requested."""
+    if getattr(model, "is_loaded_in_4bit", False):
+        return True
+    return any(type(m).__name__ == "Linear4bit" for m in model.modules())
 
 
 def _first_line(exc: BaseException) -> str:

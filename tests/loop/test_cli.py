@@ -201,11 +201,9 @@ def test_bad_top_fraction(tmp_path, tasks_file, model_v0, warehouse_position):
     assert _error(out) == "Error: --top-fraction must be in (0, 1], got 2.0\n"
 
 
-def test_vllm_server_without_vllm_installed(tmp_path, tasks_file, model_v0, warehouse_position):
-    import shutil
-
-    if shutil.which("vllm"):
-        pytest.skip("vllm is installed here")
+def test_vllm_refuses_a_model_its_cpu_attention_cannot_serve(
+    tmp_path, tasks_file, model_v0, warehouse_position
+):
     out = _round(
         warehouse_position,
         tmp_path / "wh",
@@ -220,8 +218,8 @@ def test_vllm_server_without_vllm_installed(tmp_path, tasks_file, model_v0, ware
     )
     assert out.exit_code == 2
     assert _error(out) == (
-        "Error: vllm is not installed, so `--server vllm` cannot serve the model (pip install "
-        "'tracebank[gpu]' on a CUDA machine, or pass --server cpu for a small model)\n"
+        f"Error: {model_v0} has head_dim 16; vLLM's CPU attention refuses heads below 32 (serve it "
+        "with --server cpu, or use a model with larger heads (the tiny Qwen3 has 64))\n"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,17 +45,23 @@ def test_load_tasks_reads_json_lines(tmp_path):
         load_tasks(tmp_path / "empty.jsonl")
 
 
+#: Any existing interpreter stands for the vLLM environment's (only the command line is built here).
+VLLM_PY = Path(sys.executable)
+VLLM_MODULE = [str(VLLM_PY), "-P", "-m", "vllm.entrypoints.openai.api_server"]
+
+
 def test_vllm_command_carries_the_recipes_flags(monkeypatch):
-    monkeypatch.setattr("tracebank.loop.servers.vllm_executable", lambda: "vllm")
+    monkeypatch.setattr("tracebank.serve.vllm_env.has_cuda", lambda: True)
     config = ServerConfig(
         gpu_memory_utilization=0.7,
         max_model_len=4096,
         quantization="bitsandbytes",
-        extra_args=("--enforce-eager",),
+        extra_args=("--seed", "3"),
+        vllm_python=VLLM_PY,
     )
     assert server_command(Path("/m/version_1"), 8123, config) == [
-        "vllm",
-        "serve",
+        *VLLM_MODULE,
+        "--model",
         "/m/version_1",
         "--host",
         "127.0.0.1",
@@ -71,12 +78,13 @@ def test_vllm_command_carries_the_recipes_flags(monkeypatch):
         "4096",
         "--quantization",
         "bitsandbytes",
-        "--enforce-eager",
+        "--seed",
+        "3",
     ]
-    plain = server_command(Path("/m/v"), 1, ServerConfig(tool_call_parser=None, served_model_name="policy"))
-    assert plain == [
-        "vllm",
-        "serve",
+    config = ServerConfig(tool_call_parser=None, served_model_name="policy", vllm_python=VLLM_PY)
+    assert server_command(Path("/m/v"), 1, config) == [
+        *VLLM_MODULE,
+        "--model",
         "/m/v",
         "--host",
         "127.0.0.1",
@@ -85,6 +93,29 @@ def test_vllm_command_carries_the_recipes_flags(monkeypatch):
         "--served-model-name",
         "policy",
     ]
+
+
+def test_vllm_on_cpu_gets_memory_flags_and_eager_mode(monkeypatch, tmp_path):
+    monkeypatch.setattr("tracebank.serve.vllm_env.has_cuda", lambda: False)
+    cmd = server_command(tmp_path, 1, ServerConfig(vllm_python=VLLM_PY))
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.15" and "--enforce-eager" in cmd
+    compiled = ServerConfig(vllm_python=VLLM_PY, enforce_eager=False)
+    assert "--enforce-eager" not in server_command(tmp_path, 1, compiled)
+
+
+def test_an_adapter_folder_is_served_as_a_lora_module_on_its_base(monkeypatch, tmp_path, model_v0):
+    import json
+
+    monkeypatch.setattr("tracebank.serve.vllm_env.has_cuda", lambda: True)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    config = {"r": 32, "base_model_name_or_path": str(model_v0)}
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    cmd = server_command(adapter, 1, ServerConfig(vllm_python=VLLM_PY))
+    assert cmd[cmd.index("--model") + 1] == str(model_v0)
+    assert cmd[cmd.index("--served-model-name") + 1] == str(model_v0)
+    assert cmd[cmd.index("--lora-modules") + 1] == f"{adapter}={adapter}"  # requests name the adapter
+    assert cmd[cmd.index("--max-lora-rank") + 1] == "32"
 
 
 def test_cpu_command_serves_the_same_model_name(tmp_path):

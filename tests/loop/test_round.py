@@ -115,7 +115,8 @@ def test_dataset_rows_decode_to_the_exact_chat_text_the_agent_exchanged(round_ru
         assert row["labels"][n_prompt:] == response
         template = tokenizer.apply_chat_template(call["messages"], add_generation_prompt=True, tokenize=False)
         assert tokenizer.decode(prompt, skip_special_tokens=False) == template
-        assert tokenizer.decode(response, skip_special_tokens=True) == call["answer"]
+        # As in vLLM, a character whose bytes were still incomplete at the end stays out of the text.
+        assert tokenizer.decode(response, skip_special_tokens=True).rstrip("\ufffd") == call["answer"]
         assert tokenizer.decode(row["input_ids"], skip_special_tokens=False) == template + tokenizer.decode(
             response, skip_special_tokens=False
         )

@@ -41,15 +41,23 @@ def _run_line(record: Any) -> str:
 @config_option(DemoConfig, "runners", type=click.IntRange(1))
 @config_option(DemoConfig, "iterations", type=click.IntRange(1))
 @config_option(TrainConfig, "max_steps", type=click.IntRange(1), default=DemoConfig().train.max_steps)
+@config_option(DemoConfig, "server", "--server", type=click.Choice(SERVERS))
 @click.option("--verbose", is_flag=True, help="Show the libraries' own output instead of logging it.")
 @pass_warehouse
 def demo(
-    wh: Any, work_dir: str, rollouts: int, runners: int, iterations: int, max_steps: int, verbose: bool
+    wh: Any,
+    work_dir: str,
+    rollouts: int,
+    runners: int,
+    iterations: int,
+    max_steps: int,
+    server: str,
+    verbose: bool,
 ) -> None:
     """Run the whole loop locally: store, LLM proxy, agent, collect, transform, train.
 
-    Starts `agl store` on loopback, builds a tiny model, serves it on the CPU behind
-    a real LLM proxy, rolls out a toy agent with agentlightning's own runners under
+    Starts `agl store` on loopback, builds a tiny model, serves it with tracebank's CPU
+    server (--server vllm: the real vLLM, its CPU build here) behind a real LLM proxy, rolls out a toy agent with agentlightning's own runners under
     agl.Trainer and tracebank's Algorithm, then collects, transforms and trains the
     tiny model on the CPU, and prints what the warehouse now holds.
     """
@@ -64,6 +72,7 @@ def demo(
         runners=runners,
         iterations=iterations,
         train=dataclasses.replace(DemoConfig().train, max_steps=max_steps),
+        server=server,
     )
     log_path = Path(work_dir).resolve() / "logs" / "demo.log"
     t0 = time.perf_counter()
@@ -141,6 +150,9 @@ def _split_args(values: tuple[str, ...]) -> tuple[str, ...]:
     help="Extra argument(s) for the server command line (repeatable, shell-quoted).",
 )
 @config_option(ServerConfig, "startup_timeout_s", "--startup-timeout")
+@config_option(ServerConfig, "vllm_python", type=click.Path(dir_okay=False, path_type=Path))
+@config_option(ServerConfig, "enforce_eager")
+@config_option(ServerConfig, "max_lora_rank", type=click.IntRange(1))
 @config_option(RoundConfig, "timeout_s", "--timeout")
 @click.option(
     "--runners",

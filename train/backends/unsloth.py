@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracebank.train.backends import target_modules
 from tracebank.train.config import Resolved
 
 
@@ -39,7 +40,7 @@ class UnslothBackend:
             r=config["lora_r"],
             lora_alpha=config["lora_alpha"],
             lora_dropout=config["lora_dropout"],
-            target_modules=list(config["target_modules"]),
+            target_modules=target_modules(model, config["target_modules"]),
             bias="none",
             use_gradient_checkpointing="unsloth" if resolved.gradient_checkpointing else False,
             random_state=config["seed"],
