@@ -57,9 +57,10 @@ def demo(
     """Run the whole loop locally: store, LLM proxy, agent, collect, transform, train.
 
     Starts `agl store` on loopback, builds a tiny model, serves it with tracebank's CPU
-    server (--server vllm: the real vLLM, its CPU build here) behind a real LLM proxy, rolls out a toy agent with agentlightning's own runners under
-    agl.Trainer and tracebank's Algorithm, then collects, transforms and trains the
-    tiny model on the CPU, and prints what the warehouse now holds.
+    server (--server vllm: the real vLLM, its CPU build here) behind a real LLM proxy,
+    rolls out a toy agent with agentlightning's own runners under agl.Trainer and
+    tracebank's Algorithm, then collects, transforms and trains the tiny model on the
+    CPU, and prints what the warehouse now holds.
     """
     import time
 
