@@ -11,13 +11,29 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Any
 
 
+def _end_with_parent() -> None:
+    """Get SIGTERM when the parent ends (Linux), so a child whose parent was killed (SIGKILL, OOM)
+    does not train on unobserved; its run is shown as failed ("process gone")."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent ended before the call above
+        sys.exit(1)
+
+
 def main(argv: list[str]) -> int:
     spec_path, fd = argv[0], int(argv[1])
+    _end_with_parent()
     channel = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
 
     def emit(event: dict[str, Any]) -> None:
