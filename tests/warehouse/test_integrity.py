@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from tracebank.transform.silver import write_silver
+from tracebank.collect.silver import write_silver
 from tracebank.warehouse.gc import gc
 from tracebank.warehouse.query import connect, run_sql
 from tracebank.warehouse.records import CollectionManifest

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from tracebank.cli.options import pass_warehouse
 from tracebank.warehouse.gc import DEFAULT_MIN_AGE_S
 
 
@@ -20,7 +21,7 @@ from tracebank.warehouse.gc import DEFAULT_MIN_AGE_S
     help="Leave temp files and uncommitted folders younger than S seconds (a writer may own them).",
 )
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
-@click.pass_obj
+@pass_warehouse
 def gc(wh: Any, min_age_s: float, dry_run: bool) -> None:
     """Remove scratch, half-saved staging models and temp files of runs and writers that ended
     without cleaning up; mark runs whose process is gone as failed. Committed data and finished

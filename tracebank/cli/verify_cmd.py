@@ -6,9 +6,11 @@ from typing import Any
 
 import click
 
+from tracebank.cli.options import pass_warehouse
+
 
 @click.command()
-@click.pass_obj
+@pass_warehouse
 def verify(wh: Any) -> None:
     """Check every committed file against the size and sha256 its manifest records (like
     `git fsck`); name each damaged file. Exits 1 when anything is damaged."""
