@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import errno
 import gc
 import secrets
 import time
@@ -30,7 +31,9 @@ from tracebank.collect.redact import Redactor
 from tracebank.collect.source import StoreSource
 from tracebank.collect.writer import SpanFileWriter, write_table
 from tracebank.warehouse import bronze
+from tracebank.warehouse.claims import POLL_S, Owner, release, try_claim
 from tracebank.warehouse.contract import LLM_SPAN_NAMES
+from tracebank.warehouse.errors import TracebankError
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.records import CollectionManifest, SilverManifest
 from tracebank.warehouse.storage import Storage, check_sizes, files_of, read_table
@@ -84,22 +87,30 @@ def new_collection_id(now: dt.datetime | None = None) -> str:
 
 def already_collected(wh: Warehouse) -> set[tuple[str, str]]:
     """(rollout_id, attempt_id) of every attempt a committed collection holds or recorded as evicted."""
+    return _committed_attempts(wh)[0]
+
+
+def _committed_attempts(wh: Warehouse) -> tuple[set[tuple[str, str]], int]:
+    """:func:`already_collected`, and how many stored attempts repeat one stored before."""
     done: set[tuple[str, str]] = set()
+    repeats = 0
     storage = Storage(wh)
     for folder, manifest in storage.collections():
         check_sizes(folder, manifest)
         for path in files_of(folder, manifest, "attempts"):
             table = read_table([path], columns=["rollout_id", "attempt_id"])
-            done.update(
+            pairs = set(
                 zip(
                     table.column("rollout_id").to_pylist(),
                     table.column("attempt_id").to_pylist(),
                     strict=True,
                 )
             )
+            repeats += len(pairs & done)
+            done |= pairs
         for ev in manifest.evicted:
             done.add((ev["rollout_id"], ev["attempt_id"]))
-    return done
+    return done, repeats
 
 
 def _versions() -> dict[str, str | None]:
@@ -259,24 +270,74 @@ def _older_objects_frozen() -> Iterator[None]:
 
 
 async def collect_async(
-    source: Any, wh: Warehouse, config: CollectConfig | None = None, progress: Progress | None = None
+    source: Any,
+    wh: Warehouse,
+    config: CollectConfig | None = None,
+    progress: Progress | None = None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> CollectResult:
     """The coroutine behind :func:`collect`, for callers already inside an event loop."""
     with _older_objects_frozen():
-        result = await _collect(source, wh, config, progress)
+        result = await _collect(source, wh, config, progress, on_wait)
     if result.collection_id is not None and (config or CollectConfig()).silver:
-        result.silver = await asyncio.to_thread(silver.build_silver, wh, result.collection_id)
+        try:
+            result.silver = await asyncio.to_thread(silver.build_silver, wh, result.collection_id)
+        except (TracebankError, OSError) as exc:
+            # The collection is committed and nothing of it is lost: a warning, not a failure.
+            result.warnings.append(
+                f"collection {result.collection_id} is committed, but its silver tables were not built "
+                f"({_why(exc)}); `tracebank transform` builds them"
+            )
     return result
 
 
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, TracebankError):
+        return exc.one_line()
+    if isinstance(exc, OSError) and (exc.errno == errno.ENOSPC or f"[errno {errno.ENOSPC}]" in str(exc)):
+        return "no space left on the device"
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 async def _collect(
-    source: Any, wh: Warehouse, config: CollectConfig | None, progress: Progress | None
+    source: Any,
+    wh: Warehouse,
+    config: CollectConfig | None,
+    progress: Progress | None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> CollectResult:
     config = (config or CollectConfig()).validate()
     t_start = time.perf_counter()
-    created_at = dt.datetime.now(dt.UTC)
     wh.init()
-    done = already_collected(wh)
+    owner = Owner.current("collect")
+    path = collect_claim(wh)
+    await _claim(path, owner, on_wait)
+    try:
+        return await _collect_claimed(source, wh, config, progress, t_start)
+    finally:
+        release(path, owner)
+
+
+def collect_claim(wh: Warehouse) -> Path:
+    """The claim one collect of ``wh`` holds from reading what is committed to committing: two
+    collects at once would otherwise both fetch, and store, the same new attempts."""
+    return wh.root / "claims" / "collect.claim"
+
+
+async def _claim(path: Path, owner: Owner, on_wait: Callable[[str], None] | None) -> None:
+    told = False
+    while (holder := await asyncio.to_thread(try_claim, path, owner)) is not None:
+        if not told and on_wait is not None:
+            on_wait(f"waiting for {holder.describe()} to finish with this warehouse")
+            told = True
+        await asyncio.sleep(POLL_S)
+
+
+async def _collect_claimed(
+    source: Any, wh: Warehouse, config: CollectConfig, progress: Progress | None, t_start: float
+) -> CollectResult:
+    created_at = dt.datetime.now(dt.UTC)
+    done, repeats = _committed_attempts(wh)
     src = await StoreSource.open(source, config)
     t_open = time.perf_counter()
     cid = new_collection_id(created_at)
@@ -317,6 +378,12 @@ async def _collect(
         "filtered_out": run.filtered,
     }
     warnings = []
+    if repeats:
+        warnings.append(
+            f"{repeats} attempts are stored more than once in this warehouse (collects that ran at "
+            "the same time before collect took turns); `tracebank collect --repair-duplicates` "
+            "keeps one copy of each"
+        )
     if run.no_llm:
         warnings.append(
             f"{len(run.no_llm)} of {run.succeeded} succeeded rollouts have no LLM-call spans "
@@ -387,19 +454,25 @@ def _rounded(seconds: dict[str, float]) -> dict[str, float]:
 
 
 def collect(
-    source: Any, wh: Warehouse, config: CollectConfig | None = None, progress: Progress | None = None
+    source: Any,
+    wh: Warehouse,
+    config: CollectConfig | None = None,
+    progress: Progress | None = None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> CollectResult:
     """Collect new rollouts from ``source`` (a store URL or a LightningStore) into ``wh``.
 
     Commits one new collection and then builds its silver tables (unless
     ``config.silver`` is off), or commits nothing when every matching attempt is
     already in the warehouse. Raises StoreUnreachableError, StoreRequestError
-    or CollectUsageError (all TracebankErrors) with nothing committed.
+    or CollectUsageError (all TracebankErrors) with nothing committed. One collect of a
+    warehouse runs at a time: another waits (``on_wait`` is told for whom, once).
     """
+    run = collect_async(source, wh, config, progress, on_wait)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(collect_async(source, wh, config, progress))
+        return asyncio.run(run)
     # Called from inside a running loop (a notebook): run on a thread with a loop of its own.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, collect_async(source, wh, config, progress)).result()
+        return pool.submit(asyncio.run, run).result()

@@ -37,10 +37,11 @@ class CollectConfig:
     """Retries of one store request on a transient error (connection error, timeout, 5xx)."""
     backoff_s: float = 0.25
     """First retry delay in seconds; doubled on each further retry (with jitter)."""
-    request_timeout_s: float = 60.0
-    """Timeout of one store request in seconds."""
-    health_timeout_s: float = 3.0
-    """How long the first health check of a store URL may take before the store counts as unreachable."""
+    connect_timeout_s: float = 3.0
+    """Seconds to connect to the store, and for its first health check to answer (``--connect-timeout``)."""
+    read_timeout_s: float = 10.0
+    """Seconds a store request may wait for its answer (``--read-timeout``); a timed-out request is
+    retried once, so a store that accepts and never answers fails in about twice this."""
     page_size: int = 1000
     """Rollouts per ``query_rollouts`` page."""
     rows_per_file: int = 100_000
@@ -68,7 +69,7 @@ class CollectConfig:
                 raise CollectUsageError(f"{name.replace('_', '-')} must be at least 1")
         if self.retries < 0 or self.backoff_s < 0:
             raise CollectUsageError("retries and backoff must not be negative")
-        if self.request_timeout_s <= 0 or self.health_timeout_s <= 0:
+        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
             raise CollectUsageError("timeouts must be positive")
         return self
 

@@ -2,22 +2,33 @@
 
 LiteLLM copies request metadata into span attributes: the caller's API key
 (``llm.api_key``), request headers inside ``metadata.requester_metadata`` (a
-Python repr of a dict, ``authorization: Bearer sk-...`` included), and so on.
-Three rules, applied to every attribute value:
+Python repr of a dict, ``authorization: Bearer sk-...`` included), and so on;
+an agent's own text can hold a key it was given. Four rules, applied to every
+attribute value:
 
-1. A value under a key that names a credential (API key, authorization header,
-   password, secret, access/refresh/session token, cookie) becomes
-   ``[REDACTED]`` whole. Keys that only *mention* tokens are not credentials:
+1. A value under a key that names a credential (API key, ``*.key``, ``*_access_key_id``,
+   authorization header, password, secret, access/refresh/session token, cookie)
+   becomes ``[REDACTED]`` whole. Keys that only *mention* tokens are not credentials:
    ``*token_ids`` (the training data), ``*_tokens`` usage counts, ``*_hash`` /
-   ``*_alias`` / ``*_id`` labels of a key.
-2. Inside a string, a quoted ``'key': 'value'`` / ``"key": "value"`` pair (a
-   repr or JSON dict of headers) whose key names a credential keeps its key and
-   loses its value; ``key=value`` query parameters likewise.
-3. Bare ``Bearer <token>`` / ``Basic <token>`` and ``sk-...`` style keys are
-   replaced wherever they appear.
+   ``*_alias`` / ``*_id`` labels of a key, ``cache_key`` and other keys of lookups.
+2. Inside a string, a quoted ``'key': 'value'`` / ``"key": "value"`` pair (a repr or
+   JSON dict of headers), also inside JSON encoded twice or more (``\\"key\\": ...``),
+   whose key names a credential keeps its key and loses its value; ``key=value`` query
+   parameters likewise.
+3. The password of URL userinfo (``scheme://user:PASSWORD@host``) is replaced.
+4. Bare ``Bearer <token>`` / ``Basic <token>`` and the common token formats are
+   replaced wherever they appear: ``sk-`` keys (OpenAI, Anthropic), AWS access key ids,
+   Google API keys, GitHub, GitLab, Slack, Hugging Face, Stripe, SendGrid, npm and PyPI
+   tokens, JWTs and PEM private key blocks (:data:`TOKEN_FORMATS`).
 
 The rest of every value is kept byte for byte, so a repr that held a secret
 still parses after redaction.
+
+What cannot be redacted: the token ids. ``prompt_token_ids`` / ``response_token_ids``
+are the training data and are kept as they are, so a secret that an agent typed
+into a prompt or a model wrote in a reply stays in the ids (and is trained on)
+even though the text columns show ``[REDACTED]``. Nor is a secret of a format
+this module does not know, under a key that does not name a credential.
 """
 
 from __future__ import annotations
@@ -36,16 +47,20 @@ REDACTED = "[REDACTED]"
 _SECRET_KEY = re.compile(
     r"(api_?key|apikey|authorization|auth_header|password|passwd|passphrase|secret"
     r"|private_key|credential|cookie|(^|_)token$|(access|refresh|id|auth|bearer|session|api"
-    r"|oauth|csrf|hf|github|x_auth)_?token$)"
+    r"|oauth|csrf|hf|github|x_auth)_?token$|(^|_)key$|accountkey$)"
 )
 # A key that mentions a credential word but labels, counts or lists something else.
 _NOT_SECRET = re.compile(
-    r"(token_ids|_tokens|_hash|_alias|_id|_ids|_email|_route|_spend|_budget|_count|_type|_name)$"
+    r"(token_ids|_tokens|_hash|_alias|_id|_ids|_email|_route|_spend|_budget|_count|_type|_name"
+    r"|(cache|sort|partition|primary|foreign|routing|idempotency|dedup|lookup|group|row|index"
+    r"|public|kv|prefix|shard|hash|join|group_by|order)_key)$"
 )
+# Secret although it ends like a label: an AWS access key id is half of a credential pair.
+_ALWAYS_SECRET = re.compile(r"access_key_id$")
 
 # What must follow a credential word for a string to hold a pair worth scrubbing: the rest of
-# the key, an optional closing quote, then ': "' (a dict) or '=' (a query string).
-_PAIR_TAIL = re.compile(r"""[\w-]*['"]?\s*(?::\s*['"]|=)""")
+# the key, an optional (escaped) closing quote, then ': "' (a dict) or '=' (a query string).
+_PAIR_TAIL = re.compile(r"""[\w-]*\\*['"]?\s*(?::\s*\\*['"]|=)""")
 _PAIR_WORDS = (
     "key",
     "authorization",
@@ -57,27 +72,73 @@ _PAIR_WORDS = (
     "cookie",
     "credential",
 )
-_WORDS = (
-    "key",
-    "auth",
-    "header",
-    "passw",
-    "passphrase",
-    "secret",
-    "token",
-    "cookie",
-    "credential",
-    "bearer",
-    "basic",
-    "sk-",
+# A URL whose userinfo has a password: scheme://user:password@host.
+_USERINFO = re.compile(
+    r"(?P<head>[a-z][a-z0-9+.-]*://[^\s/?#@:'\"\\]*:)(?P<val>[^\s/?#@'\"\\]+)@", re.IGNORECASE
 )
+_USERINFO_AT = re.compile(r"://[^\s/?#@:'\"\\]*:[^\s/?#@'\"\\]+@")
+
+# Token formats, each with the lower-case literal it starts with (the cheap first test). The
+# formats follow the issuers' documented prefixes (as detect-secrets and gitleaks match them).
+TOKEN_FORMATS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("sk-",), r"sk-[A-Za-z0-9_-]{8,}", "OpenAI / Anthropic style API key"),
+    (("akia",), r"AKIA[0-9A-Z]{16}", "AWS access key id"),
+    (("asia",), r"ASIA[0-9A-Z]{16}", "AWS temporary access key id"),
+    (("aiza",), r"AIza[0-9A-Za-z_-]{35}", "Google API key"),
+    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), r"gh[pousr]_[A-Za-z0-9_]{30,}", "GitHub token"),
+    (("github_pat_",), r"github_pat_[A-Za-z0-9_]{22,}", "GitHub fine-grained token"),
+    (("glpat-",), r"glpat-[A-Za-z0-9_-]{20,}", "GitLab personal access token"),
+    (("xox",), r"xox[abposr]-[A-Za-z0-9-]{10,}", "Slack token"),
+    (("hooks.slack.com",), r"hooks\.slack\.com/services/[A-Za-z0-9/_-]{20,}", "Slack webhook"),
+    (("hf_",), r"hf_[A-Za-z0-9]{30,}", "Hugging Face token"),
+    (("sk_live_", "sk_test_", "rk_live_", "rk_test_"), r"[sr]k_(?:live|test)_[0-9A-Za-z]{16,}", "Stripe key"),
+    (("sg.",), r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", "SendGrid key"),
+    (("npm_",), r"npm_[A-Za-z0-9]{36}", "npm token"),
+    (("pypi-",), r"pypi-AgE[A-Za-z0-9_-]{50,}", "PyPI token"),
+    (("eyj",), r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*", "JWT"),
+    (
+        ("-----begin",),
+        r"-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END[A-Z ]*PRIVATE KEY(?: BLOCK)?-----"
+        r"|[A-Za-z0-9+/=\s\\]*)",
+        "PEM private key block",
+    ),
+)
+# A token must not continue a longer word on its left (``task-123`` holds no ``sk-`` key).
+_TOKEN = re.compile(
+    "|".join(rf"(?<![A-Za-z0-9_]){rx}" for rx in dict.fromkeys(rx for _, rx, _ in TOKEN_FORMATS)),
+    re.DOTALL,
+)
+# Each format anchored, keyed by its literal start, as written: what is replaced.
+_TOKEN_EXACT = {word: re.compile(rx, re.DOTALL) for words, rx, _ in TOKEN_FORMATS for word in words}
+# The same, anchored and case-blind, for lower-cased text (a superset of what _TOKEN finds).
+_TOKEN_AT = {
+    word: re.compile(rx, re.IGNORECASE | re.DOTALL) for words, rx, _ in TOKEN_FORMATS for word in words
+}
 _QUOTED_PAIR = re.compile(
     r"""(?P<q>['"])(?P<key>[^'"\\\n]{1,200})(?P=q)(?P<sep>\s*:\s*)"""
     r"""(?P<vq>['"])(?P<val>(?:\\.|(?!(?P=vq))[^\\])*)(?P=vq)"""
 )
-_QUERY_PAIR = re.compile(r"(?i)\b(?P<key>[a-z_][a-z0-9_.-]{0,60})=(?P<val>[^&\s'\",;]+)")
+# The same pair inside a string that is itself inside JSON: every quote escaped once or more.
+# The value ends at the first quote of the same escaping that is not itself escaped further.
+_ESCAPED_PAIR = re.compile(
+    r"""(?P<q>\\+['"])(?P<key>[^'"\\\n]{1,200})(?P=q)(?P<sep>\s*:\s*)"""
+    r"""(?P<vq>\\+['"])(?P<val>.*?)(?<!\\)(?P=vq)"""
+)
+_QUERY_PAIR = re.compile(r"(?i)\b(?P<key>[a-z_][a-z0-9_.-]{0,60})=(?P<val>[^&\s'\",;\\]+)")
 _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s+(?P<val>[A-Za-z0-9._~+/=-]{8,})")
-_SK = re.compile(r"\bsk-[A-Za-z0-9_-]{8,}")
+# The first, cheapest test: a value holding none of these holds nothing to redact.
+_WORDS = tuple(
+    dict.fromkeys(
+        (
+            *_PAIR_WORDS,
+            "auth",
+            "bearer",
+            "basic",
+            "://",
+            *(word for words, _, _ in TOKEN_FORMATS for word in words),
+        )
+    )
+)
 
 
 def _maybe_secret(low: str) -> bool:
@@ -88,18 +149,27 @@ def _maybe_secret(low: str) -> bool:
     return False
 
 
-def _needs_scrub(low: str) -> bool:
+def token_words(low: str) -> tuple[str, ...]:
+    """The literal starts of token formats that lower-cased ``low`` contains (usually none)."""
+    return tuple(word for word in _TOKEN_AT if word in low)
+
+
+def _needs_scrub(low: str, words: tuple[str, ...] | None = None) -> bool:
     """Whether lower-cased text holds a credential pattern (``str.find`` for the words, then one
     anchored match after each hit: a case-blind regex scan of long message text costs ~50x more)."""
-    return next(_pattern_starts(low), None) is not None
+    return next(_pattern_starts(low, words), None) is not None
 
 
-def _pattern_starts(low: str) -> Iterator[int]:
-    """Every position where :func:`_needs_scrub` would see a credential pattern begin."""
-    i = low.find("sk-")
-    while i != -1:
-        yield i
-        i = low.find("sk-", i + 1)
+def _pattern_starts(low: str, words: tuple[str, ...] | None = None) -> Iterator[int]:
+    """Every position where :func:`_needs_scrub` would see a credential pattern begin.
+    ``words``: :func:`token_words` of ``low`` or of a text that contains it, when known."""
+    for word in token_words(low) if words is None else words:
+        token = _TOKEN_AT[word]
+        i = low.find(word)
+        while i != -1:
+            if token.match(low, i):
+                yield i
+            i = low.find(word, i + 1)
     for scheme in ("bearer", "basic"):
         i = low.find(scheme)
         while i != -1:
@@ -107,6 +177,11 @@ def _pattern_starts(low: str) -> Iterator[int]:
             if nxt < len(low) and low[nxt].isspace():
                 yield i
             i = low.find(scheme, nxt)
+    i = low.find("://")
+    while i != -1:
+        if _USERINFO_AT.match(low, i):
+            yield i
+        i = low.find("://", i + 1)
     for word in _PAIR_WORDS:
         i = low.find(word)
         while i != -1:
@@ -115,25 +190,70 @@ def _pattern_starts(low: str) -> Iterator[int]:
             i = low.find(word, i + 1)
 
 
-def _strings_to_scrub(keys: list[str], lows: list[str]) -> Collection[str]:
+def _strings_to_scrub(keys: list[str], lows: list[str]) -> tuple[Collection[str], tuple[str, ...]]:
     """The keys whose (lower-cased) strings may hold a credential pattern, from one pass over
     all of them joined by newlines. Each pattern found in one string is found at the same place
     in the joined text (none of them needs the end of its string), so every string that
     :func:`_needs_scrub` flags is among those returned; :meth:`Redactor.scrub_text` checks each
-    again and leaves a false alarm (a pattern across two strings) unchanged."""
+    again and leaves a false alarm (a pattern across two strings) unchanged. Also the
+    :func:`token_words` of the joined text, which every one of the strings can reuse."""
     joined = "\n".join(lows)
     if not _maybe_secret(joined):
-        return ()
+        return (), ()
+    words = token_words(joined)
     if len(lows) == 1:
-        return keys if _needs_scrub(joined) else ()
+        return (keys if _needs_scrub(joined, words) else ()), words
     ends = list(itertools.accumulate(len(low) + 1 for low in lows))  # one past each newline
-    return {keys[bisect.bisect_right(ends, i)] for i in _pattern_starts(joined)}
+    return {keys[bisect.bisect_right(ends, i)] for i in _pattern_starts(joined, words)}, words
+
+
+def _token_spans(text: str, words: tuple[str, ...]) -> Iterator[tuple[int, int]]:
+    """(start, end) of every known token format in ``text``: a str.find for each format's
+    literal start, then one anchored match there."""
+    low = text.lower()
+    if len(low) != len(text):  # lower-casing moved positions (e.g. 'İ'): scan the original
+        yield from (m.span() for m in _TOKEN.finditer(text))
+        return
+    for word in words:
+        token = _TOKEN_EXACT[word]
+        i = low.find(word)
+        while i != -1:
+            if i == 0 or not _is_word_char(text[i - 1]):
+                m = token.match(text, i)
+                if m:
+                    yield m.span()
+            i = low.find(word, i + 1)
+
+
+def _replace_tokens(text: str, words: tuple[str, ...]) -> str:
+    """``text`` with every token of :data:`TOKEN_FORMATS` replaced (overlapping ones merged);
+    ``words``: the :func:`token_words` it may contain."""
+    spans = sorted(_token_spans(text, words)) if words else ()
+    if not spans:
+        return text
+    parts: list[str] = []
+    pos = 0
+    for start, end in spans:
+        if start < pos:  # inside or overlapping the previous token
+            if end > pos:
+                pos = end
+            continue
+        parts += (text[pos:start], REDACTED)
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 @functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
     """Whether an attribute key names a credential (``llm.api_key`` yes, ``prompt_token_ids`` no)."""
     last = key.rsplit(".", 1)[-1].strip().lower().replace("-", "_")
+    if _ALWAYS_SECRET.search(last):
+        return True
     return bool(_SECRET_KEY.search(last)) and not _NOT_SECRET.search(last)
 
 
@@ -143,14 +263,25 @@ class Redactor:
 
     count: int = 0
 
-    def scrub_text(self, text: str) -> str:
+    def scrub_text(self, text: str, words: tuple[str, ...] | None = None) -> str:
         """``text`` with embedded credentials replaced (rules 2 and 3)."""
-        if not _needs_scrub(text.lower()):
+        low = text.lower()
+        if words is None:
+            words = token_words(low)
+        if not _needs_scrub(low, words):
             return text
+        # Each substitution runs only where its cheap literal test passes: a regex scan of
+        # long message text costs far more than str.find.
         out = _QUOTED_PAIR.sub(self._quoted, text)
-        out = _QUERY_PAIR.sub(self._query, out)
-        out = _BEARER.sub(self._bearer, out)
-        out = _SK.sub(self._sk, out)
+        if "\\" in out:
+            out = _ESCAPED_PAIR.sub(self._escaped, out)
+        if "=" in out:
+            out = _QUERY_PAIR.sub(self._query, out)
+        if "bearer" in low or "basic" in low:
+            out = _BEARER.sub(self._bearer, out)
+        if "://" in low:
+            out = _USERINFO.sub(self._userinfo, out)
+        out = _replace_tokens(out, words)
         if out != text:
             self.count += 1
         return out
@@ -188,7 +319,7 @@ class Redactor:
                 lows.append(value.lower())
             elif not (value is None or isinstance(value, int | float)):
                 walk = True
-        scrub = _strings_to_scrub(keys, lows) if keys else ()
+        scrub, words = _strings_to_scrub(keys, lows) if keys else ((), ())
         if not walk and not scrub:
             return attrs  # nothing in it to redact
         out: dict[str, Any] = {}
@@ -196,7 +327,7 @@ class Redactor:
             if is_secret_key(key):
                 out[key] = self.value(key, value)
             elif isinstance(value, str):
-                out[key] = self.scrub_text(value) if key in scrub else value
+                out[key] = self.scrub_text(value, words) if key in scrub else value
             elif value is None or isinstance(value, int | float):
                 out[key] = value  # what value() returns for them, without the call
             else:
@@ -222,6 +353,13 @@ class Redactor:
             return m.group(0)
         return f"{m['q']}{m['key']}{m['q']}{m['sep']}{m['vq']}{REDACTED}{m['vq']}"
 
+    def _escaped(self, m: re.Match[str]) -> str:
+        if is_secret_key(m["key"]):
+            return self._quoted(m)
+        # An ordinary key whose value is JSON encoded once more: its own pairs are inside.
+        inner = _ESCAPED_PAIR.sub(self._escaped, m["val"]) if "\\" in m["val"] else m["val"]
+        return f"{m['q']}{m['key']}{m['q']}{m['sep']}{m['vq']}{inner}{m['vq']}"
+
     def _query(self, m: re.Match[str]) -> str:
         if not is_secret_key(m["key"]) or m["val"] == REDACTED:
             return m.group(0)
@@ -232,5 +370,7 @@ class Redactor:
             return m.group(0)
         return f"{m['scheme']} {REDACTED}"
 
-    def _sk(self, m: re.Match[str]) -> str:
-        return REDACTED
+    def _userinfo(self, m: re.Match[str]) -> str:
+        if m["val"] == REDACTED:
+            return m.group(0)
+        return f"{m['head']}{REDACTED}@"

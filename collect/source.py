@@ -68,15 +68,15 @@ class StoreSource:
         """A source for a store URL (checked for health first) or a LightningStore object."""
         if isinstance(source, str):
             url = check_url(source)
-            await check_store_health(url, config.health_timeout_s)
+            await check_store_health(url, config.connect_timeout_s)
             from agentlightning.store.client_server import LightningStoreClient
 
             client = LightningStoreClient(
                 url,
                 retry_delays=(),  # our retries, see _with_retries
                 health_retry_delays=(),  # no background health probing between them
-                request_timeout=config.request_timeout_s,
-                connection_timeout=min(config.request_timeout_s, 10.0),
+                request_timeout=config.read_timeout_s,
+                connection_timeout=config.connect_timeout_s,
             )
             return cls(client, url, config, url=url)
         if not hasattr(source, "query_spans") or not hasattr(source, "query_rollouts"):
@@ -164,11 +164,11 @@ class StoreSource:
         if self._http is None or self._http.closed:
             # One session per run with the client's timeouts; a keep-alive connection per
             # query in flight, as the client's own session would hold.
+            # No total: a large answer may take long as long as bytes keep coming.
             timeout = aiohttp.ClientTimeout(
-                total=self.config.request_timeout_s,
-                connect=min(self.config.request_timeout_s, 10.0),
-                sock_connect=min(self.config.request_timeout_s, 10.0),
-                sock_read=self.config.request_timeout_s,
+                total=None,
+                sock_connect=self.config.connect_timeout_s,
+                sock_read=self.config.read_timeout_s,
             )
             self._http = aiohttp.ClientSession(timeout=timeout)
         async with self._http.post(f"{self.url}{path}", data=body, headers=_JSON_HEADERS) as resp:
@@ -186,12 +186,19 @@ class StoreSource:
     ) -> T:
         cfg = self.config
         last: BaseException | None = None
+        timeouts = 0
         for attempt in range(cfg.retries + 1):
             if attempt:
                 delay = cfg.backoff_s * (2 ** (attempt - 1))
                 await asyncio.sleep(delay * (0.5 + random.random()))
             try:
                 return await call()
+            except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
+                timeouts += 1
+                if timeouts > 1 or attempt == cfg.retries:
+                    raise self._timed_out(exc, what, attempt + 1) from exc
+                last = exc
+                continue
             except Exception as exc:  # classified below; anything unknown is final
                 kind = await self._classify(exc, rollout_id, attempt_id)
                 if kind == "evicted":
@@ -206,6 +213,24 @@ class StoreSource:
             "is the store overloaded or restarting? rerun collect; it resumes where it stopped",
         ) from last
 
+    def _timed_out(self, exc: TimeoutError, what: str, tries: int) -> StoreRequestError:
+        """A store that took too long: one line saying which wait ran out and how to lengthen it."""
+        import aiohttp
+
+        cfg = self.config
+        tried = "1 try" if tries == 1 else f"{tries} tries"
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return StoreRequestError(
+                f"could not connect to the store at {self.description} within {cfg.connect_timeout_s:g}s "
+                f"({what}, {tried})",
+                "is the store overloaded? pass --connect-timeout SECONDS to wait longer",
+            )
+        return StoreRequestError(
+            f"the store at {self.description} sent no answer to {what} within {cfg.read_timeout_s:g}s "
+            f"({tried})",
+            "is the store stuck or overloaded? pass --read-timeout SECONDS to wait longer",
+        )
+
     async def _classify(self, exc: BaseException, rollout_id: str | None, attempt_id: str | None) -> str:
         """``evicted``, ``transient`` or ``final``."""
         import aiohttp
@@ -218,7 +243,7 @@ class StoreSource:
                 # drops the body; ask again to read why before deciding to retry.
                 if rollout_id is not None and self.url is not None:
                     body = await _spans_error_body(
-                        self.url, rollout_id, attempt_id, self.config.request_timeout_s
+                        self.url, rollout_id, attempt_id, self.config.read_timeout_s
                     )
                     if _EVICTED.search(body):
                         return "evicted"
@@ -249,7 +274,7 @@ async def check_store_health(url: str, timeout_s: float) -> None:
                 return
             reason = f"health check answered HTTP {resp.status}"
     except TimeoutError:
-        reason = f"no answer within {timeout_s:g}s"
+        reason = f"no answer within {timeout_s:g}s; pass --connect-timeout SECONDS to wait longer"
     except aiohttp.ClientConnectorError as exc:
         reason = os.strerror(exc.errno).lower() if exc.errno else _describe(exc)
     except (aiohttp.ClientError, OSError) as exc:

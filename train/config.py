@@ -30,6 +30,10 @@ SCHEDULERS = (
 OPTIMIZERS = ("adamw_8bit", "adamw_torch", "adamw_torch_fused", "paged_adamw_8bit", "sgd", "adafactor")
 
 
+#: Token positions and ids are int32 in the dataset and in torch's position ids.
+MAX_TOKENS = 2**31 - 1
+
+
 @dataclass
 class Environment:
     """What the training machine offers; the child process fills it in, tests build it by hand."""
@@ -179,6 +183,10 @@ class TrainConfig:
             raise bad(f"max steps must be at least 1, got {self.max_steps}")
         if self.max_length is not None and self.max_length < 2:
             raise bad(f"max length must be at least 2 tokens, got {self.max_length}")
+        if self.max_length is not None and self.max_length > MAX_TOKENS:
+            raise bad(
+                f"max length {self.max_length} is beyond any model's context (at most {MAX_TOKENS:,} tokens)"
+            )
         if self.truncate and self.max_length is None:
             raise bad("--truncate needs --max-length", "the dataset's own longest row is never too long")
         if self.eval_strategy not in EVAL_STRATEGIES:

@@ -29,6 +29,7 @@ from tracebank.train.config import TrainConfig
 from tracebank.train.dataset import DatasetVersion, open_version, verify
 from tracebank.train.errors import TrainConfigError, TrainError
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
+from tracebank.warehouse.claims import Owner, release, try_claim
 from tracebank.warehouse.errors import TracebankError
 from tracebank.warehouse.events import (
     Metric,
@@ -38,18 +39,56 @@ from tracebank.warehouse.events import (
     RunStarted,
     event_from_dict,
 )
+from tracebank.warehouse.gc import output_claim, scratch_dir, staging_dir
 from tracebank.warehouse.layout import Warehouse
 
 KILL_GRACE_S = 5.0
 
 
-def _check_output(output: Path, overwrite: bool) -> None:
+#: Written into every model folder train publishes; --overwrite replaces only folders that have it.
+OUTPUT_MARKER = ".tracebank-output.json"
+
+
+def _check_output(output: Path, overwrite: bool, wh: Warehouse) -> None:
+    """Refuse an --output that is, holds or lies inside the warehouse, and an --overwrite of a
+    folder that train did not write (it has no marker): nothing else is ever deleted."""
+    root = wh.root.resolve()
+    if output == root or root in output.parents or output in root.parents:
+        where = "is" if output == root else ("is inside" if root in output.parents else "contains")
+        raise TrainConfigError(
+            f"--output {output} {where} the warehouse {root}", "pick a model folder outside the warehouse"
+        )
     if output.exists() and not output.is_dir():
         raise TrainConfigError(f"output {output} is a file", "pass --output a folder path")
-    if output.is_dir() and any(output.iterdir()) and not overwrite:
-        raise TrainConfigError(
-            f"output folder {output} is not empty", "pick a new --output, or pass --overwrite to replace it"
+    if output.is_dir() and any(output.iterdir()):
+        if not overwrite:
+            raise TrainConfigError(
+                f"output folder {output} is not empty",
+                "pick a new --output, or pass --overwrite to replace it",
+            )
+        if not (output / OUTPUT_MARKER).is_file():
+            raise TrainConfigError(
+                f"output folder {output} was not written by tracebank train (no {OUTPUT_MARKER}); "
+                "--overwrite replaces only a model folder train wrote",
+                "pick a new --output, or move that folder away yourself",
+            )
+
+
+def _claim_output(output: Path, owner: Owner) -> Path:
+    """Claim ``output`` for this run, so two trains with the same --output cannot both publish."""
+    path = output_claim(output)
+    holder = try_claim(path, owner)
+    if holder is not None:
+        raise TrainError(
+            f"output folder {output} is being written by {holder.describe()}",
+            "wait for that run to end, or pick another --output",
         )
+    return path
+
+
+def _write_marker(staging: Path, record: RunRecord) -> None:
+    marker = {"run_id": record.run_id, "dataset": record.dataset, "written_at": now()}
+    (staging / OUTPUT_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
 
 
 def _publish(staging: Path, output: Path) -> None:
@@ -229,9 +268,11 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
     version = open_version(wh, config.dataset)
     output = Path(config.output).expanduser().resolve()
     base = Path(config.base_model).expanduser().resolve()
-    _check_output(output, config.overwrite)
+    _check_output(output, config.overwrite, wh)
 
     run_id = new_run_id(version.ref.name)
+    owner = Owner.current(f"train run {run_id}")
+    claim = _claim_output(output, owner)
     record = RunRecord(
         run_id=run_id,
         status="running",
@@ -244,12 +285,18 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
         hyperparameters=config.to_dict(),
         libraries=library_versions(),
         started_at=now(),
+        owner=owner.to_dict(),
     )
-    writer = RunWriter(wh, record)
+    try:
+        _check_output(output, config.overwrite, wh)  # again: another run may have published meanwhile
+        writer = RunWriter(wh, record)
+    except BaseException:
+        release(claim, owner)
+        raise
     record.log_file = str(writer.folder / "train.log")
     emit(RunStarted(run_id=run_id, dataset=version.label, run_dir=str(writer.folder)))
-    scratch = wh.tmp_dir / f"train-{run_id}"
-    staging = output.parent / f".{output.name}.tmp-{run_id}"
+    scratch = scratch_dir(wh, run_id)
+    staging = staging_dir(output, run_id)
     wall = time.perf_counter()
     try:
         verify(version)
@@ -297,12 +344,13 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
             record.model["saved"] = child.result.get("saved")
         if failure is not None:
             raise failure
+        _write_marker(staging, record)
         _publish(staging, output)
     except TracebankError as exc:
         writer.finish("failed", exc.one_line())
         raise
-    except KeyboardInterrupt:
-        writer.finish("failed", "interrupted")
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI's handler
+        writer.finish("failed", f"interrupted by {exc}" if str(exc) else "interrupted")
         raise
     except Exception as exc:
         writer.finish("failed", f"{type(exc).__name__}: {exc}")
@@ -310,6 +358,7 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(staging, ignore_errors=True)
+        release(claim, owner)
     writer.finish("succeeded")
     emit(RunFinished(run_id=run_id, status="succeeded", summary=record.summary, output_dir=str(output)))
     return record

@@ -33,6 +33,7 @@ LIST_COLUMNS = ["input_ids", "attention_mask", "labels"]
 # needs a Parquet reader from 2024 on (pyarrow >= 17, DuckDB >= 1.1), like this project's.
 # (Per-column options name a list's leaf column, ``name.list.element``.)
 PARQUET_OPTIONS: dict[str, Any] = {
+    "write_page_checksum": True,  # CRCs that train's and inspect's readers verify
     "compression": "zstd",
     "compression_level": 1,
     "use_dictionary": ["rollout_id", "attempt_id", "collection_id"],

@@ -22,12 +22,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tracebank.warehouse.errors import CorruptFileError
-from tracebank.warehouse.records import Manifest
+from tracebank.warehouse.records import FileEntry, Manifest
 
 TMP_MARK = ".tmp-"
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -49,7 +49,7 @@ def atomic_path(final: Path) -> Iterator[Path]:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -83,6 +83,7 @@ def write_json_atomic(final: Path, obj: Any) -> None:
 def write_parquet_atomic(final: Path, table: pa.Table, **kwargs: Any) -> dict[str, Any]:
     """Write ``table`` to ``final`` atomically; return its manifest file entry."""
     kwargs.setdefault("compression", "zstd")
+    kwargs.setdefault("write_page_checksum", True)  # CRCs that Storage's readers verify
     with atomic_path(final) as tmp:
         pq.write_table(table, tmp, **kwargs)
     return file_entry(final, rows=table.num_rows)
@@ -108,18 +109,23 @@ def file_entry(path: Path, rows: int | None = None) -> dict[str, Any]:
     return entry
 
 
+def size_problem(path: Path, entry: FileEntry) -> str | None:
+    """Why the committed file at ``path`` does not match ``entry`` by size (missing, or another
+    size), or None when it does."""
+    if not path.exists():
+        return f"committed file {path} is missing"
+    size = path.stat().st_size
+    if size != entry.bytes:
+        return f"committed file {path} is {size} bytes, manifest says {entry.bytes}"
+    return None
+
+
 def check_sizes(folder: Path, manifest: Manifest) -> None:
     """Cheap integrity check: every listed file exists with the recorded size."""
     for entry in manifest.files:
-        path = folder / entry.path
-        if not path.exists():
-            raise CorruptFileError(f"committed file {path} is missing")
-        size = path.stat().st_size
-        if size != entry.bytes:
-            raise CorruptFileError(
-                f"committed file {path} is {size} bytes, manifest says {entry.bytes}",
-                "the file was truncated or altered after commit",
-            )
+        problem = size_problem(folder / entry.path, entry)
+        if problem is not None:
+            raise CorruptFileError(problem, "the file was truncated or altered after commit")
 
 
 def verify_hashes(folder: Path, manifest: Manifest) -> None:

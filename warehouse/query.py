@@ -8,6 +8,7 @@ ever opened.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,13 +16,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 from tracebank.warehouse import catalog, schemas
-from tracebank.warehouse.commit import check_sizes
+from tracebank.warehouse.commit import size_problem
 from tracebank.warehouse.errors import CorruptFileError, QueryError
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.records import Manifest
 from tracebank.warehouse.storage import Storage
 
-READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}
+READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}  # EXPLAIN of a SELECT; see _statement_kind
 
 TABLES = (
     "rollouts",
@@ -56,39 +57,62 @@ def _view_over_arrow(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table)
     con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_arrow")
 
 
-def _files_by_table(entries: Sequence[tuple[Path, Manifest]], check: bool) -> dict[str, list[Path]]:
+def _files_by_table(
+    entries: Sequence[tuple[Path, Manifest]], check: bool, damaged: dict[str, list[str]]
+) -> dict[str, list[Path]]:
+    """The committed files of each table; with ``check``, a file whose size differs from its
+    manifest (or that is gone) is left out and named in ``damaged`` under its table instead."""
     out: dict[str, list[Path]] = {}
     for folder, manifest in entries:
-        if check:
-            check_sizes(folder, manifest)
         for entry in manifest.files:
-            out.setdefault(entry.table or "", []).append(folder / entry.path)
+            table = entry.table or ""
+            problem = size_problem(folder / entry.path, entry) if check else None
+            if problem is not None:
+                damaged.setdefault(table, []).append(problem)
+                continue
+            out.setdefault(table, []).append(folder / entry.path)
     return out
 
 
-def _dataset_rows_view(con: duckdb.DuckDBPyConnection, wh: Warehouse, check: bool) -> None:
+def _damaged_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, problems: list[str]) -> None:
+    """A view of the table's columns that fails, naming the damaged file, when it is read."""
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    message = f"table {name}: {problems[0]}{more}".replace("'", "''")
+    con.register(f"_{name}_columns", schema.empty_table())
+    con.execute(
+        f"CREATE VIEW {name} AS SELECT c.* FROM (SELECT 1 AS one WHERE error('{message}')) t "
+        f"LEFT JOIN _{name}_columns c ON true"
+    )
+
+
+def _dataset_rows_view(con: duckdb.DuckDBPyConnection, wh: Warehouse, check: bool) -> list[str]:
+    """Create the ``dataset_rows`` view; the files it reads."""
     keys: dict[str, list[Any]] = {"filename": [], "dataset": [], "version": [], "split": []}
+    problems: list[str] = []
     for folder, manifest in catalog.dataset_versions(wh):
-        if check:
-            check_sizes(folder, manifest)
         for entry in manifest.files:
+            problem = size_problem(folder / entry.path, entry) if check else None
+            if problem is not None:
+                problems.append(problem)
             keys["filename"].append(str(folder / entry.path))
             keys["dataset"].append(manifest.name)
             keys["version"].append(catalog.version_number(folder))
             keys["split"].append(entry.split or "train")
+    keys_schema = [("dataset", pa.string()), ("version", pa.int64()), ("split", pa.string())]
+    empty = pa.schema(keys_schema + list(schemas.DATASET_ROWS))
+    if problems:
+        _damaged_view(con, "dataset_rows", empty, problems)
+        return []
     if not keys["filename"]:
-        empty = pa.schema(
-            [("dataset", pa.string()), ("version", pa.int64()), ("split", pa.string())]
-            + list(schemas.DATASET_ROWS)
-        )
         _view_over_arrow(con, "dataset_rows", empty.empty_table())
-        return
+        return []
     con.register("_dataset_files", pa.table(keys))
     con.execute(
         "CREATE VIEW dataset_rows AS SELECT f.dataset, f.version, f.split, r.* EXCLUDE (filename) "
         f"FROM read_parquet({_sql_list(keys['filename'])}, filename = true, union_by_name = true) r "
         "JOIN _dataset_files f USING (filename)"
     )
+    return keys["filename"]
 
 
 def _flatten(record: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any]:
@@ -168,18 +192,42 @@ def connect(wh: Warehouse, check: bool = True) -> duckdb.DuckDBPyConnection:
     """
     wh.check_format()
     con = duckdb.connect(":memory:")
-    bronze = _files_by_table(catalog.collections(wh), check)
-    for name, schema in schemas.BRONZE.items():
-        _view_over_files(con, name, bronze.get(name, []), schema)
-    silver = _files_by_table(catalog.silver_caches(wh), check)
-    for name, schema in schemas.SILVER.items():
-        _view_over_files(con, name, silver.get(name, []), schema)
-    _dataset_rows_view(con, wh, check)
-    _catalog_view(con, "collections", [m.to_json() for _, m in catalog.collections(wh)], COLLECTION_KEYS)
+    damaged: dict[str, list[str]] = {}
+    collections = catalog.collections(wh)
+    bronze = _files_by_table(collections, check, damaged)
+    # Silver of a collection whose manifest is gone is not shown: its bronze no longer exists.
+    collection_ids = {folder.name for folder, _ in collections}
+    caches = [(folder, m) for folder, m in catalog.silver_caches(wh) if folder.name in collection_ids]
+    silver = _files_by_table(caches, check, damaged)
+    for name, schema in (*schemas.BRONZE.items(), *schemas.SILVER.items()):
+        if name in damaged:
+            _damaged_view(con, name, schema, damaged[name])
+        else:
+            _view_over_files(con, name, (bronze if name in schemas.BRONZE else silver).get(name, []), schema)
+    gold = _dataset_rows_view(con, wh, check)
+    _catalog_view(con, "collections", [m.to_json() for _, m in collections], COLLECTION_KEYS)
     _catalog_view(con, "datasets", [m.to_json() for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)
     _catalog_view(con, "runs", [r.to_json() for _, r in catalog.runs(wh)], RUN_KEYS)
     _run_metrics_view(con, wh)
+    readable = [str(p) for files in (*bronze.values(), *silver.values()) for p in files] + gold
+    lock_down(con, readable)
     return con
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
+    """Let ``con`` open only the files in ``readable`` and change no setting from now on.
+
+    DuckDB refuses every other file (reads outside the warehouse, ``ATTACH``, extensions, ``COPY``
+    to anywhere else) once external access is off; ``lock_configuration`` refuses the ``SET`` that
+    would turn it back on. DuckDB's allow-list does not tell reading from writing, so a write onto a
+    committed file itself is refused by :func:`ensure_read_only`, which classifies statements with
+    DuckDB's own parser.
+    """
+    con.execute("SET allowed_paths = ?", [readable])
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
 
 
 def ensure_read_only(sql: str) -> None:
@@ -191,12 +239,29 @@ def ensure_read_only(sql: str) -> None:
     if not statements:
         raise QueryError("empty SQL statement")
     for st in statements:
-        kind = st.type.name
+        kind = _statement_kind(st)
         if kind not in READ_ONLY_TYPES:
             raise QueryError(
                 f"refusing a {kind} statement: `tracebank sql` only runs reads",
                 "use SELECT; only collect, transform and train change the warehouse",
             )
+
+
+# EXPLAIN's own options: ``EXPLAIN ANALYZE <st>`` runs <st>, so what it explains is what counts.
+_EXPLAIN_PREFIX = re.compile(r"(?is)^(?:\s+|/\*.*?\*/|--[^\n]*\n)*EXPLAIN\s+(?:ANALY[SZ]E\s+|\([^)]*\)\s*)*")
+
+
+def _statement_kind(st: Any) -> str:
+    """The parser's type of ``st``; for EXPLAIN, ``EXPLAIN <type of the statement it explains>``."""
+    kind = str(st.type.name)
+    if kind != "EXPLAIN":
+        return kind
+    inner_sql = _EXPLAIN_PREFIX.sub("", st.query, count=1)
+    inner = duckdb.extract_statements(inner_sql) if inner_sql != st.query else []
+    if len(inner) != 1:
+        return "unrecognised EXPLAIN"  # a form the prefix pattern does not know: refused
+    inner_kind = _statement_kind(inner[0])
+    return "EXPLAIN" if inner_kind == "SELECT" else f"EXPLAIN {inner_kind}"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -212,6 +277,16 @@ def run_sql(wh: Warehouse, sql: str, params: Sequence[Any] | Mapping[str, Any] |
     con = connect(wh)
     try:
         return con.sql(sql, params=params).to_arrow_table()
+    except duckdb.InvalidInputException as exc:
+        message = _first_line(exc).removeprefix("Invalid Input Error: ")
+        if message.startswith("table ") and "committed file" in message:
+            raise CorruptFileError(message, "run `tracebank verify` to see every damaged file") from exc
+        raise QueryError(f"query failed: {_first_line(exc)}") from exc
+    except duckdb.PermissionException as exc:
+        raise QueryError(
+            f"refused: {_first_line(exc).removeprefix('Permission Error: ')}",
+            "`tracebank sql` reads only the warehouse tables (see `tracebank sql --help`)",
+        ) from exc
     except duckdb.Error as exc:
         message = _first_line(exc)
         if "parquet" in message.lower() or "magic bytes" in message.lower():

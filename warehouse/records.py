@@ -315,6 +315,8 @@ class RunRecord(Record):
     """Losses, steps and throughput."""
     best_checkpoint: dict[str, Any] | None = None
     """The checkpoint kept by early stopping."""
+    owner: dict[str, Any] | None = None
+    """The process running it (pid, host, start): a running run whose process is gone reads as failed."""
     log_file: str | None = None
     """The child's log."""
     format_version: int = 1

@@ -15,6 +15,7 @@ could claim a name) without changing a caller.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import uuid
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tracebank.warehouse import commit, schemas
+from tracebank.warehouse.claims import Owner
 from tracebank.warehouse.commit import check_sizes, verify_hashes
 from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.errors import CorruptFileError, WarehouseError
@@ -73,6 +75,22 @@ def _read_json(path: Path) -> Any:
         raise CorruptFileError(f"{path} is not valid JSON: {exc}") from exc
 
 
+PROCESS_GONE = "process gone"
+
+
+def settle_run(record: RunRecord) -> RunRecord:
+    """``record``, shown as failed ("process gone") when it says running but the process that ran
+    it has ended (SIGKILL, OOM, power loss) on this host; the file is left as it is (`tracebank gc`
+    writes the verdict). A run of another host stays running: its end cannot be seen from here."""
+    if record.status != "running" or not record.owner:
+        return record
+    owner = Owner.from_dict(record.owner)
+    if owner.alive() is not False:
+        return record
+    gone = f"{PROCESS_GONE}: pid {owner.pid} on {owner.host} ended without finishing the run"
+    return dataclasses.replace(record, status="failed", error=gone)
+
+
 def _subdirs(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir()) if path.exists() else []
 
@@ -98,7 +116,7 @@ def read_table(
     tables = []
     for path in paths:
         try:
-            table = pq.ParquetFile(path).read(columns=columns)
+            table = pq.ParquetFile(path, page_checksum_verification=True).read(columns=columns)
         except (OSError, pa.ArrowException) as exc:
             raise CorruptFileError(
                 f"unreadable Parquet file {path}: {exc}",
@@ -111,7 +129,8 @@ def read_table(
 def iter_batches(paths: list[Path], columns: list[str], batch_size: int = 512) -> Iterator[pa.RecordBatch]:
     """The rows of committed Parquet files, batch by batch (memory: a few batches)."""
     for path in paths:
-        yield from pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns)
+        parquet = pq.ParquetFile(path, page_checksum_verification=True)
+        yield from parquet.iter_batches(batch_size=batch_size, columns=columns)
 
 
 def parquet_scan_sql(path: Path, row_number: bool = False) -> str:
@@ -163,7 +182,13 @@ class Storage:
         files = files_of(self.wh.silver_collection_dir(collection_id), manifest, table)
         if not files:
             return schemas.SILVER[table].empty_table().select(columns or schemas.SILVER[table].names)
-        return read_table(files, columns=columns)
+        try:
+            return read_table(files, columns=columns)
+        except CorruptFileError as exc:  # a silver file deleted or damaged: it is a cache of bronze
+            raise CorruptFileError(
+                exc.message,
+                f"rebuild it with `tracebank collect --rebuild-silver --collection {collection_id}`",
+            ) from exc
 
     def dataset_names(self) -> list[str]:
         return [p.name for p in _subdirs(self.wh.datasets_dir)]
@@ -183,7 +208,7 @@ class Storage:
             path = folder / RUN_RECORD
             data = _read_json(path)
             if data is not None:
-                out.append((folder, RunRecord.from_json(data, str(path))))
+                out.append((folder, settle_run(RunRecord.from_json(data, str(path)))))
         return out
 
     def run_metrics(self, folder: Path) -> list[dict[str, Any]]:
@@ -228,6 +253,12 @@ class Storage:
         """Make a collection visible: its manifest, written last."""
         return self._commit(folder, manifest)
 
+    def retire_collection(self, folder: Path) -> None:
+        """Make a collection invisible (its manifest goes); its files, and its silver cache, stay
+        for readers that planned against them until `tracebank gc` removes them."""
+        (folder / MANIFEST).unlink(missing_ok=True)
+        commit.fsync_dir(folder)
+
     def reserve_version(self, name: str) -> tuple[int, Path]:
         """Claim the next free version folder of ``name`` (a concurrent writer gets another)."""
         self.wh.dataset_dir(name).mkdir(parents=True, exist_ok=True)
@@ -264,7 +295,8 @@ class Storage:
 
         ``make(files)`` builds the manifest from the written file entries; ``options(table)``
         gives each file's Parquet options. Files get a fresh build suffix, so the previous
-        cache stays readable until the new manifest replaces it; its files are removed after.
+        cache stays readable until the new manifest replaces it; its files stay after that for
+        readers that read the old manifest a moment ago, until `tracebank gc` (after its --min-age).
         """
         folder = self.wh.silver_collection_dir(collection_id)
         build = uuid.uuid4().hex[:8]
@@ -275,13 +307,7 @@ class Storage:
             for name, table in tables.items()
         ]
         manifest: SilverManifest = make(files)
-        previous = self.silver(collection_id)
         self._commit(folder, manifest)
-        if previous is not None:
-            keep = {e.path for e in manifest.files}
-            for entry in previous.files:
-                if entry.path not in keep:
-                    (folder / entry.path).unlink(missing_ok=True)
         return manifest
 
     def start_run(self, record: RunRecord) -> Path:

@@ -39,7 +39,8 @@ def test_bad_since_is_one_line():
         CollectConfig(concurrency=0),
         CollectConfig(rows_per_file=0),
         CollectConfig(retries=-1),
-        CollectConfig(health_timeout_s=0),
+        CollectConfig(connect_timeout_s=0),
+        CollectConfig(read_timeout_s=-1),
     ],
 )
 def test_bad_configs(config):

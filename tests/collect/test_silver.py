@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from tracebank.collect import build_silver
 from tracebank.collect.errors import UnknownCollectionError
 from tracebank.warehouse.contract import SILVER_VERSION
+from tracebank.warehouse.gc import gc
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.storage import Storage
 
@@ -29,6 +30,10 @@ def test_silver_is_cached_and_rebuilt_on_request(wh):
     assert rebuilt.files != first.files
     assert [f.rows for f in rebuilt.files] == [f.rows for f in first.files]
     folder = wh.silver_collection_dir("c1")
+    # The replaced files stay for readers of the old manifest until gc removes them.
+    every = [f.path for f in rebuilt.files + first.files] + ["manifest.json"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(every)
+    gc(wh, min_age_s=0)
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         [f.path for f in rebuilt.files] + ["manifest.json"]
     )

@@ -6,6 +6,7 @@ import asyncio
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -42,9 +43,9 @@ def test_silent_store_times_out_quickly(wh):
         with pytest.raises(
             StoreUnreachableError,
             match=f"cannot reach the store at {url} "
-            r"\(no answer within 0.5s\)",
+            r"\(no answer within 0.5s; pass --connect-timeout SECONDS to wait longer\)",
         ):
-            collect(url, wh, CollectConfig(health_timeout_s=0.5))
+            collect(url, wh, CollectConfig(connect_timeout_s=0.5))
         assert time.monotonic() - t0 < 3
 
 
@@ -172,3 +173,89 @@ def test_not_a_store_is_a_usage_error(wh):
 
     with pytest.raises(CollectUsageError, match="cannot collect from a dict"):
         collect({}, wh, CollectConfig())
+
+
+class HealthyThenSilentStore:
+    """A loopback HTTP server that answers the health check and then accepts every other request
+    and never answers it: a store stuck after start-up (issue 12: 316 s to fail)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        self.requests = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        while data := conn.recv(65536):
+            if data.startswith(b"GET /v1/agl/health"):
+                conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{"status":"ok"}')
+                continue
+            self.requests += 1
+            self.held.append(conn)  # read, never answered, never closed
+            return
+
+    def __enter__(self) -> HealthyThenSilentStore:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture
+def silent_store():
+    import agentlightning.store.client_server  # noqa: F401 - its import (seconds) is not the wait
+
+    with HealthyThenSilentStore() as store:
+        yield store
+
+
+def test_store_that_accepts_and_never_answers_fails_in_seconds_with_defaults(wh, silent_store):
+    t0 = time.monotonic()
+    with pytest.raises(StoreRequestError) as err:
+        collect(silent_store.url, wh, CollectConfig())
+    took = time.monotonic() - t0
+    assert err.value.one_line() == (
+        f"the store at {silent_store.url} sent no answer to query_rollouts within 10s (2 tries) "
+        "(is the store stuck or overloaded? pass --read-timeout SECONDS to wait longer)"
+    )
+    assert 20 <= took < 40, took  # two waits of the default read timeout (was 316 s)
+    assert silent_store.requests == 2
+    assert catalog.collections(wh) == []
+
+
+def test_read_timeout_option_waits_as_long_as_asked(wh, silent_store):
+    url = silent_store.url
+    t0 = time.monotonic()
+    out = CliRunner().invoke(
+        cli, ["--warehouse", str(wh.root), "collect", "--store", url, "--read-timeout", "1.5"]
+    )
+    took = time.monotonic() - t0
+    assert out.exit_code == 1
+    assert out.stderr == (
+        f"Error: the store at {url} sent no answer to query_rollouts within 1.5s (2 tries) "
+        "(is the store stuck or overloaded? pass --read-timeout SECONDS to wait longer)\n"
+    )
+    assert 3 <= took < 15, took
+
+
+def test_timeouts_must_be_positive(wh):
+    out = CliRunner().invoke(
+        cli,
+        ["--warehouse", str(wh.root), "collect", "--store", "http://127.0.0.1:9", "--connect-timeout", "0"],
+    )
+    assert out.exit_code == 2
+    assert "Invalid value for '--connect-timeout': 0.0 is not in the range x>0." in out.stderr

@@ -138,18 +138,26 @@ def test_two_reservations_get_two_versions(wh):
     assert [storage.reserve_version("qa")[0] for _ in range(2)] == [1, 2]
 
 
-def test_replacing_a_silver_cache_removes_the_old_files(wh):
+def test_replacing_a_silver_cache_leaves_the_old_files_to_gc(wh):
+    from tracebank.warehouse.gc import gc
+
     storage = Storage(wh)
 
     def make(files):
         return SilverManifest(collection_id="c1", silver_version=1, files=files)
 
+    bronze = wh.collection_dir("c1")  # silver is kept only for a committed collection
+    storage.commit_collection(bronze, CollectionManifest(collection_id="c1", files=[]))
     first = storage.replace_silver("c1", {"rewards": pa.table({"a": [1]})}, make)
     second = storage.replace_silver("c1", {"rewards": pa.table({"a": [2]})}, make)
     folder = wh.silver_collection_dir("c1")
-    assert sorted(p.name for p in folder.glob("*.parquet")) == [second.files[0].path]
-    assert first.files[0].path != second.files[0].path
+    # Readers that read the first manifest a moment ago still find its files (issue 12, point 6).
+    assert sorted(p.name for p in folder.glob("*.parquet")) == sorted(
+        [first.files[0].path, second.files[0].path]
+    )
     assert storage.silver("c1") == second
+    gc(wh, min_age_s=0)
+    assert sorted(p.name for p in folder.glob("*.parquet")) == [second.files[0].path]
 
 
 def test_a_run_record_is_rewritten_whole(wh):

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import pass_warehouse
+from tracebank.collect.config import CollectConfig
 
 
 @contextmanager
@@ -88,6 +89,27 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
     help="Spans per Parquet file (bounds memory on large stores).",
 )
 @click.option(
+    "--connect-timeout",
+    default=CollectConfig.connect_timeout_s,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
+    help="Seconds to connect to the store (and for its health check to answer).",
+)
+@click.option(
+    "--read-timeout",
+    default=CollectConfig.read_timeout_s,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
+    help="Seconds a store request may wait for its answer (retried once).",
+)
+@click.option(
+    "--repair-duplicates",
+    is_flag=True,
+    help="First keep one copy of every attempt stored twice (by collects that ran at once).",
+)
+@click.option(
     "--no-silver",
     is_flag=True,
     help="Skip building the llm_calls / rewards / messages tables of the new collection now.",
@@ -117,6 +139,9 @@ def collect(
     no_redact: bool,
     concurrency: int,
     rows_per_file: int,
+    connect_timeout: float,
+    read_timeout: float,
+    repair_duplicates: bool,
     no_silver: bool,
     rebuild_silver: bool,
     collections: tuple[str, ...],
@@ -128,8 +153,8 @@ def collect(
     are queryable at once and `tracebank transform` starts from them. With --rebuild-silver
     nothing is collected: the silver tables of committed collections are built again.
     """
-    from tracebank.collect import CollectConfig, parse_since, silver_summary
     from tracebank.collect import collect as run_collect
+    from tracebank.collect import parse_since, silver_summary
     from tracebank.collect.errors import CollectUsageError
 
     if rebuild_silver:
@@ -152,9 +177,23 @@ def collect(
         concurrency=concurrency,
         rows_per_file=rows_per_file,
         silver=not no_silver,
+        connect_timeout_s=connect_timeout,
+        read_timeout_s=read_timeout,
     ).validate()
+    if repair_duplicates:
+        from tracebank.collect.collector import new_collection_id
+        from tracebank.collect.repair import repair_duplicates as repair
+
+        repaired = repair(wh, new_collection_id, on_wait=lambda note: click.echo(note, err=True))
+        for old, new in repaired.replaced:
+            click.echo(
+                f"repaired {old}: " + (f"replaced by {new}" if new else "held only duplicates, retired")
+            )
+        click.echo(repaired.summary())
     with _progress_bar(sys.stderr.isatty()) as progress:
-        result = run_collect(store_url, wh, config, progress=progress)
+        result = run_collect(
+            store_url, wh, config, progress=progress, on_wait=lambda note: click.echo(note, err=True)
+        )
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     click.echo(result.summary())

@@ -8,7 +8,9 @@ exit code.
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
 import sys
 from typing import Any
 
@@ -33,9 +35,33 @@ class TracebankGroup(click.Group):
                 raise
             click.echo(f"Error: {exc.one_line()}", err=True)
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
+        except OSError as exc:
+            if not disk_full(exc) or ctx.meta.get("tracebank.debug"):
+                raise
+            where = f" writing {exc.filename}" if exc.filename else ""
+            click.echo(
+                f"Error: no space left on the device{where} (free some space and rerun; "
+                "nothing partial was committed, `tracebank gc` removes the temp files)",
+                err=True,
+            )
+            sys.exit(1)
+        except KeyboardInterrupt as exc:
+            if str(exc) == "SIGTERM":
+                click.echo("Terminated by SIGTERM; nothing partial was committed.", err=True)
+                sys.exit(128 + signal.SIGTERM)
             click.echo("Interrupted; nothing partial was committed.", err=True)
             sys.exit(130)
+
+
+def disk_full(exc: OSError) -> bool:
+    """Whether ``exc`` says the disk (or quota) is full; pyarrow puts the errno only in its text."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT) or f"[errno {errno.ENOSPC}]" in str(exc)
+
+
+def _terminate_like_ctrl_c(signum: int, frame: Any) -> None:
+    """SIGTERM (docker stop, Slurm preemption, `timeout`) ends a command the way Ctrl-C does:
+    the run is recorded failed, children stopped, temporary files removed."""
+    raise KeyboardInterrupt("SIGTERM")
 
 
 @click.group(cls=TracebankGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -55,7 +81,7 @@ def _register() -> None:
     from tracebank.cli import sql_cmd
 
     cli.add_command(sql_cmd.sql)
-    for module_name in ("collect_cmd", "transform_cmd", "train_cmd", "demo_cmd"):
+    for module_name in ("collect_cmd", "transform_cmd", "train_cmd", "demo_cmd", "gc_cmd", "verify_cmd"):
         try:
             module = __import__(f"tracebank.cli.{module_name}", fromlist=["COMMANDS"])
         except ModuleNotFoundError as exc:
@@ -70,6 +96,7 @@ _register()
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     cli(prog_name="tracebank")
 
 

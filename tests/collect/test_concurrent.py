@@ -1,0 +1,118 @@
+"""Two collects of one store into one warehouse at once archive each attempt once (issue 12, point 2)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from tracebank.collect import CollectConfig, collect
+from tracebank.collect.collector import collect_claim
+from tracebank.warehouse import catalog
+from tracebank.warehouse.claims import Owner, release, try_claim
+from tracebank.warehouse.query import run_sql
+
+from tests.collect.helpers import fill_url
+
+
+@pytest.fixture(scope="module")
+def filled_store(store_url):
+    fill_url(store_url, 120, seed=5)
+    return store_url
+
+
+def test_two_collect_runs_at_once_store_everything_once(filled_store, wh):
+    results, notes, errors = [], [], []
+    gate = threading.Barrier(2)
+
+    def one() -> None:
+        gate.wait()
+        try:
+            results.append(collect(filled_store, wh, CollectConfig(), on_wait=notes.append))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == []
+    committed = [r for r in results if r.collection_id is not None]
+    assert len(committed) == 1 and committed[0].counts["rollouts"] == 120
+    assert [r.counts["skipped"] for r in results if r.collection_id is None] == [120]
+    me = Owner.current()
+    assert notes == [f"waiting for collect (pid {me.pid} on {me.host}) to finish with this warehouse"]
+    counts = run_sql(
+        wh,
+        "SELECT count(*) n, count(DISTINCT span_id) spans, "
+        "(SELECT count(*) FROM rollouts) r, (SELECT count(DISTINCT rollout_id) FROM rollouts) dr FROM spans",
+    ).to_pylist()[0]
+    assert counts["n"] == counts["spans"] and counts["r"] == counts["dr"] == 120
+    assert len(catalog.collections(wh)) == 1
+    assert not collect_claim(wh).exists()
+
+
+def test_a_collect_waits_for_one_holding_the_warehouse_and_says_so(filled_store, wh):
+    holder = Owner(Owner.current().pid, Owner.current().host, Owner.current().start, "collect")
+    path = collect_claim(wh.init())
+    assert try_claim(path, holder) is None
+    threading.Timer(1.0, release, (path, holder)).start()
+    notes: list[str] = []
+    result = collect(filled_store, wh, CollectConfig(), on_wait=notes.append)
+    assert len(notes) == 1 and notes[0].startswith("waiting for collect (pid ")
+    assert result.counts["rollouts"] == 120
+
+
+def test_a_collect_killed_while_holding_the_warehouse_does_not_block_the_next(filled_store, wh):
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = collect_claim(wh.init())
+    assert try_claim(path, Owner(dead.pid, Owner.current().host, "1", "collect")) is None
+    notes: list[str] = []
+    result = collect(filled_store, wh, CollectConfig(), on_wait=notes.append)
+    assert notes == [] and result.counts["rollouts"] == 120
+
+
+def test_duplicates_from_an_older_warehouse_are_reported_and_repaired(store_url, tmp_path):
+    """Two collects that raced before collect took turns: the second collection repeats the first."""
+    import shutil
+
+    from click.testing import CliRunner
+    from tracebank.warehouse.layout import Warehouse
+
+    from tracebank.cli.main import cli
+
+    fill_url(store_url, 30, seed=21)
+    wh = Warehouse(tmp_path / "wh").init()
+    other = Warehouse(tmp_path / "other").init()
+    first = collect(store_url, wh, CollectConfig())
+    fill_url(store_url, 7, seed=22)  # the racing collect also saw 7 newer rollouts
+    raced = collect(store_url, other, CollectConfig())
+    shutil.move(str(raced.folder), str(wh.collections_dir / raced.collection_id))
+    total = first.counts["rollouts"] + 7
+
+    def run(*extra):
+        return CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", "--store", store_url, *extra])
+
+    warned = run("--no-silver")
+    assert warned.exit_code == 0
+    assert f"Warning: {first.counts['rollouts']} attempts are stored more than once" in warned.stderr
+    assert "`tracebank collect --repair-duplicates` keeps one copy of each" in warned.stderr
+
+    repaired = run("--repair-duplicates", "--no-silver")
+    assert repaired.exit_code == 0, repaired.output
+    lines = repaired.stdout.splitlines()
+    assert lines[0].startswith(f"repaired {raced.collection_id}: replaced by c")
+    assert lines[1] == f"repair: removed {first.counts['rollouts']} duplicate attempt(s) from 1 collection(s)"
+    counts = run_sql(
+        wh,
+        "SELECT (SELECT count(*) FROM rollouts) r, (SELECT count(DISTINCT rollout_id) FROM rollouts) dr, "
+        "(SELECT count(*) FROM attempts) a, count(*) n, count(DISTINCT span_id) ds FROM spans",
+    ).to_pylist()[0]
+    assert counts["r"] == counts["dr"] == counts["a"] == total
+    assert counts["n"] == counts["ds"]
+    again = run("--no-silver")
+    assert "stored more than once" not in again.stderr

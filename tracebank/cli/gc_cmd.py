@@ -1,0 +1,39 @@
+"""`tracebank gc`: remove what crashed or killed writers left behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from tracebank.cli.options import pass_warehouse
+from tracebank.warehouse.gc import DEFAULT_MIN_AGE_S
+
+
+@click.command()
+@click.option(
+    "--min-age",
+    "min_age_s",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_MIN_AGE_S,
+    show_default=True,
+    metavar="S",
+    help="Leave temp files and uncommitted folders younger than S seconds (a writer may own them).",
+)
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@pass_warehouse
+def gc(wh: Any, min_age_s: float, dry_run: bool) -> None:
+    """Remove scratch, half-saved staging models and temp files of runs and writers that ended
+    without cleaning up; mark runs whose process is gone as failed. Committed data and finished
+    models are never touched."""
+    from tracebank.warehouse.gc import gc as run_gc
+
+    report = run_gc(wh, min_age_s=min_age_s, dry_run=dry_run)
+    for run_id in report.runs_failed:
+        click.echo(f"run {run_id}: failed (process gone)")
+    for path, size in report.removed:
+        click.echo(f"{'would remove' if dry_run else 'removed'} {path} ({size:,} bytes)")
+    click.echo(report.summary(dry_run))
+
+
+COMMANDS = [gc]

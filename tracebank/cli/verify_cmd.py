@@ -1,0 +1,33 @@
+"""`tracebank verify`: check every committed file against its manifest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from tracebank.cli.options import pass_warehouse
+
+
+@click.command()
+@pass_warehouse
+def verify(wh: Any) -> None:
+    """Check every committed file against the size and sha256 its manifest records (like
+    `git fsck`); name each damaged file. Exits 1 when anything is damaged."""
+    from tracebank.warehouse.errors import CorruptFileError
+    from tracebank.warehouse.verify import verify as run_verify
+
+    report = run_verify(wh)
+    for path, problem in report.damaged:
+        click.echo(f"damaged {path}: {problem}")
+    for note in report.notes:
+        click.echo(f"note: {note}")
+    click.echo(report.summary())
+    if report.damaged:
+        raise CorruptFileError(
+            f"{len(report.damaged)} damaged file(s) in {wh.root}",
+            "restore them from a backup; silver caches rebuild with `tracebank collect --rebuild-silver`",
+        )
+
+
+COMMANDS = [verify]
