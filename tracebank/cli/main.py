@@ -55,7 +55,7 @@ def _register() -> None:
     from tracebank.cli import sql_cmd
 
     cli.add_command(sql_cmd.sql)
-    for module_name in ("collect_cmd", "transform_cmd", "train_cmd", "demo_cmd"):
+    for module_name in ("collect_cmd", "transform_cmd", "train_cmd", "demo_cmd", "view_cmd"):
         try:
             module = __import__(f"tracebank.cli.{module_name}", fromlist=["COMMANDS"])
         except ModuleNotFoundError as exc:

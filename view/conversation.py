@@ -1,0 +1,348 @@
+"""Rollouts and dataset rows read back as conversations from the silver tables.
+
+A proxied chat call is one ``sequence_id`` of an attempt: its ``llm_calls`` row (the
+``raw_gen_ai_request`` span, or the ``litellm_request`` span when that one carries the
+ids) and its ``messages`` rows (from the ``litellm_request`` span) share
+``(rollout_id, attempt_id, sequence_id)``; that triple is the join key, not ``span_id``.
+A dataset row names its call's span, so it reaches its messages through ``llm_calls``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+from tracebank.view.errors import NothingToShowError
+from tracebank.warehouse.catalog import resolve_dataset
+from tracebank.warehouse.layout import Warehouse
+
+#: Each rollout's final reward: the last reward (by sequence, then time) of its latest attempt.
+ROLLOUT_REWARDS_SQL = """
+WITH latest AS (
+  SELECT rollout_id, arg_max(attempt_id, sequence_id) AS attempt_id FROM attempts GROUP BY rollout_id
+)
+SELECT r.rollout_id, r.attempt_id, any_value(r.collection_id) AS collection_id,
+       arg_max(r.value, (r.sequence_id, r.start_time)) AS reward, count(*) AS rewards
+FROM rewards r JOIN latest l USING (rollout_id, attempt_id)
+GROUP BY r.rollout_id, r.attempt_id
+"""
+
+
+@dataclass
+class Message:
+    """One chat message as the model saw it (or produced it)."""
+
+    role: str
+    content: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_call_id: str | None = None
+
+    def openai(self) -> dict[str, Any]:
+        """This message in the OpenAI chat format."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.get("id"),
+                    "type": "function",
+                    "function": {"name": c.get("name"), "arguments": _arguments(c.get("arguments"))},
+                }
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+def _arguments(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+@dataclass
+class Call:
+    """One proxied chat call of an attempt."""
+
+    sequence_id: int
+    span_id: str
+    model: str | None
+    prompt_len: int | None
+    response_len: int | None
+    reject_reason: str | None
+    inputs: list[Message] = field(default_factory=list)
+    outputs: list[Message] = field(default_factory=list)
+
+
+@dataclass
+class Reward:
+    sequence_id: int
+    name: str | None
+    value: float
+
+
+@dataclass
+class Conversation:
+    """An attempt's calls and rewards in sequence order."""
+
+    rollout_id: str
+    attempt_id: str
+    collection_id: str | None
+    task: str | None
+    calls: list[Call]
+    rewards: list[Reward]
+
+    @property
+    def final_reward(self) -> float | None:
+        return self.rewards[-1].value if self.rewards else None
+
+
+def _part_fields(content: str | None) -> tuple[str, list[dict[str, Any]], str | None]:
+    """Text, tool calls and tool-call id of a message whose non-text parts are JSON lines.
+
+    The silver ``messages`` table keeps text parts as text and any other part (a GenAI
+    ``tool_call`` / ``tool_call_response``) as its JSON, one per line.
+    """
+    if not content:
+        return content or "", [], None
+    texts, calls, call_id = [], [], None
+    for line in content.split("\n"):
+        part = _json_part(line)
+        if part is None:
+            texts.append(line)
+        elif part.get("type") == "tool_call":
+            calls.append(part)
+        elif part.get("type") == "tool_call_response":
+            call_id = part.get("id")
+            response = part.get("response")
+            texts.append(response if isinstance(response, str) else json.dumps(response))
+        else:
+            texts.append(line)
+    return "\n".join(texts), calls, call_id
+
+
+def _json_part(line: str) -> dict[str, Any] | None:
+    if not (line.startswith("{") and '"type"' in line):
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return (
+        value
+        if isinstance(value, dict) and value.get("type") in ("tool_call", "tool_call_response")
+        else None
+    )
+
+
+def _message(row: dict[str, Any]) -> Message:
+    text, calls, call_id = _part_fields(row.get("content"))
+    stored_calls = row.get("tool_calls")
+    if stored_calls:
+        calls = json.loads(stored_calls) if isinstance(stored_calls, str) else list(stored_calls)
+    return Message(
+        role=row.get("role") or "?",
+        content=text,
+        tool_calls=calls,
+        tool_call_id=row.get("tool_call_id") or call_id,
+    )
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    rel = con.execute(sql, params)
+    names = [d[0] for d in rel.description]
+    return [dict(zip(names, r, strict=True)) for r in rel.fetchall()]
+
+
+def _messages_of(con: duckdb.DuckDBPyConnection, rollout_id: str, attempt_id: str) -> dict[int, list[dict]]:
+    rows = _rows(
+        con,
+        "SELECT * FROM messages WHERE rollout_id = ? AND attempt_id = ? "
+        "ORDER BY sequence_id, direction, message_index",
+        [rollout_id, attempt_id],
+    )
+    out: dict[int, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r["sequence_id"], []).append(r)
+    return out
+
+
+def _calls_of(con: duckdb.DuckDBPyConnection, rollout_id: str, attempt_id: str) -> list[Call]:
+    rows = _rows(
+        con,
+        "SELECT sequence_id, span_id, model, prompt_len, response_len, reject_reason FROM llm_calls "
+        "WHERE rollout_id = ? AND attempt_id = ? "
+        "ORDER BY sequence_id, reject_reason IS NOT NULL, span_name <> 'raw_gen_ai_request', start_time",
+        [rollout_id, attempt_id],
+    )
+    messages = _messages_of(con, rollout_id, attempt_id)
+    calls: dict[int, Call] = {}
+    for r in rows:
+        if r["sequence_id"] in calls:
+            continue  # the usable raw_gen_ai_request span of the call comes first
+        calls[r["sequence_id"]] = Call(**r)
+    for seq, msgs in messages.items():
+        call = calls.setdefault(seq, Call(seq, "", None, None, None, "no token ids recorded"))
+        call.inputs = [_message(m) for m in msgs if m["direction"] == "input"]
+        call.outputs = [_message(m) for m in msgs if m["direction"] == "output"]
+    return [calls[s] for s in sorted(calls)]
+
+
+def resolve_rollout(con: duckdb.DuckDBPyConnection, prefix: str) -> tuple[str, str, str | None]:
+    """(rollout_id, latest attempt_id, collection_id) of the rollout ``prefix`` names."""
+    rows = _rows(
+        con,
+        "SELECT rollout_id, arg_max(attempt_id, sequence_id) AS attempt_id, "
+        "arg_max(collection_id, sequence_id) AS collection_id FROM attempts "
+        "WHERE starts_with(rollout_id, ?) GROUP BY rollout_id ORDER BY rollout_id",
+        [prefix],
+    )
+    exact = [r for r in rows if r["rollout_id"] == prefix]
+    if exact:
+        rows = exact
+    if not rows:
+        raise NothingToShowError(
+            f"no rollout {prefix!r} in the warehouse",
+            'list them with `tracebank sql "SELECT rollout_id FROM rollouts"`',
+        )
+    if len(rows) > 1:
+        names = ", ".join(r["rollout_id"] for r in rows[:5])
+        raise NothingToShowError(
+            f"{prefix!r} matches {len(rows)} rollouts ({names}, ...)", "give more of the id"
+        )
+    r = rows[0]
+    return r["rollout_id"], r["attempt_id"], r["collection_id"]
+
+
+def load_conversation(
+    con: duckdb.DuckDBPyConnection, rollout_id: str, attempt_id: str | None = None
+) -> Conversation:
+    """The calls and rewards of ``rollout_id`` (its latest attempt unless ``attempt_id``)."""
+    rid, latest, collection_id = resolve_rollout(con, rollout_id)
+    aid = attempt_id or latest
+    task = _rows(con, "SELECT input FROM rollouts WHERE rollout_id = ? LIMIT 1", [rid])
+    rewards = _rows(
+        con,
+        "SELECT sequence_id, name, value FROM rewards WHERE rollout_id = ? AND attempt_id = ? "
+        "ORDER BY sequence_id, start_time",
+        [rid, aid],
+    )
+    return Conversation(
+        rollout_id=rid,
+        attempt_id=aid,
+        collection_id=collection_id,
+        task=task[0]["input"] if task else None,
+        calls=_calls_of(con, rid, aid),
+        rewards=[Reward(**r) for r in rewards],
+    )
+
+
+def ranked_rollouts(con: duckdb.DuckDBPyConnection, n: int, best: bool) -> list[str]:
+    """The ``n`` rollout ids with the highest (``best``) or lowest final reward."""
+    order = "DESC" if best else "ASC"
+    rows = _rows(
+        con,
+        f"SELECT rollout_id FROM ({ROLLOUT_REWARDS_SQL}) ORDER BY reward {order}, rollout_id LIMIT ?",
+        [n],
+    )
+    if not rows:
+        raise NothingToShowError(
+            "no rewarded rollout in the warehouse", 'check `tracebank sql "SELECT * FROM rewards"`'
+        )
+    return [r["rollout_id"] for r in rows]
+
+
+@dataclass
+class DatasetRow:
+    """One row of a dataset version with the call it came from."""
+
+    dataset: str
+    version: int
+    split: str
+    index: int
+    input_ids: list[int]
+    labels: list[int]
+    reward: float | None
+    rollout_id: str
+    attempt_id: str
+    span_id: str
+    call: Call | None
+
+    @property
+    def prompt_len(self) -> int:
+        """Leading label positions masked with -100 (the prompt the row does not train on)."""
+        n = 0
+        for x in self.labels:
+            if x != -100:
+                break
+            n += 1
+        return n
+
+    @property
+    def trained(self) -> int:
+        return sum(1 for x in self.labels if x != -100)
+
+
+def dataset_rows(
+    wh: Warehouse, con: duckdb.DuckDBPyConnection, ref: str, split: str | None = None
+) -> tuple[str, int, dict[str, Any], list[DatasetRow]]:
+    """Every row of the version ``ref`` names (train first), each joined to its call's messages."""
+    resolved, _, manifest = resolve_dataset(wh, ref)
+    assert resolved.version is not None
+    where = "" if split is None else " AND split = ?"
+    params: list[Any] = [resolved.name, resolved.version] + ([split] if split else [])
+    raw = _rows(
+        con,
+        "SELECT split, input_ids, labels, reward, rollout_id, attempt_id, span_id FROM dataset_rows "
+        f"WHERE dataset = ? AND version = ?{where}",
+        params,
+    )
+    raw.sort(key=lambda r: r["split"] == "validation")  # stable: file order within a split
+    calls = _calls_by_span(con, {(r["rollout_id"], r["attempt_id"]) for r in raw})
+    rows = [
+        DatasetRow(
+            dataset=resolved.name,
+            version=resolved.version,
+            index=i,
+            call=calls.get((r["rollout_id"], r["attempt_id"], r["span_id"])),
+            **r,
+        )
+        for i, r in enumerate(raw)
+    ]
+    return resolved.name, resolved.version, manifest, rows
+
+
+def _calls_by_span(
+    con: duckdb.DuckDBPyConnection, attempts: set[tuple[str, str]]
+) -> dict[tuple[str, str, str], Call]:
+    """Calls of these attempts keyed by (rollout, attempt, span) of their llm_calls span."""
+    if not attempts:
+        return {}
+    con.execute("CREATE OR REPLACE TEMP TABLE _wanted (rollout_id VARCHAR, attempt_id VARCHAR)")
+    con.executemany("INSERT INTO _wanted VALUES (?, ?)", [list(a) for a in attempts])
+    spans = _rows(
+        con,
+        "SELECT c.rollout_id, c.attempt_id, c.span_id, c.sequence_id, c.model, c.prompt_len, c.response_len, "
+        "c.reject_reason FROM llm_calls c JOIN _wanted USING (rollout_id, attempt_id)",
+        [],
+    )
+    msgs = _rows(
+        con,
+        "SELECT m.* FROM messages m JOIN _wanted USING (rollout_id, attempt_id) "
+        "ORDER BY m.rollout_id, m.attempt_id, m.sequence_id, m.direction, m.message_index",
+        [],
+    )
+    by_seq: dict[tuple[str, str, int], list[dict]] = {}
+    for m in msgs:
+        by_seq.setdefault((m["rollout_id"], m["attempt_id"], m["sequence_id"]), []).append(m)
+    out: dict[tuple[str, str, str], Call] = {}
+    for s in spans:
+        key = (s["rollout_id"], s["attempt_id"], s["sequence_id"])
+        call = Call(
+            s["sequence_id"], s["span_id"], s["model"], s["prompt_len"], s["response_len"], s["reject_reason"]
+        )
+        ms = by_seq.get(key, [])
+        call.inputs = [_message(m) for m in ms if m["direction"] == "input"]
+        call.outputs = [_message(m) for m in ms if m["direction"] == "output"]
+        out[(s["rollout_id"], s["attempt_id"], s["span_id"])] = call
+    return out

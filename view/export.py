@@ -1,0 +1,188 @@
+"""`export NAME@vN`: a dataset version in the formats trainers take.
+
+- ``openai``: OpenAI chat fine-tuning JSONL, one ``{"messages": [...]}`` per row, tool
+  calls as ``tool_calls``; assistant turns the version does not train get ``weight: 0``.
+- ``trl-prompt-completion``: TRL's conversational prompt-completion rows: TRL trains on
+  the completion only, which is what the version trains.
+- ``trl-messages``: TRL's conversational ``{"messages": [...]}`` rows (TRL trains every
+  turn unless ``assistant_only_loss`` and a template with generation markers).
+- ``hf``: a ``datasets`` folder (``save_to_disk``, one split per dataset split) with the
+  prompt-completion columns and the stored ``input_ids``/``labels``/``reward``.
+
+Rows reach their messages through ``llm_calls`` (see ``conversation``); a row whose call
+has no recorded messages cannot be written as chat and is counted, not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracebank.view.config import ExportConfig
+from tracebank.view.conversation import DatasetRow, Message, dataset_rows
+from tracebank.view.errors import ViewError
+from tracebank.view.roundtrip import RoundTrip, round_trip
+from tracebank.view.tokenizer import load_tokenizer
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import connect
+
+
+@dataclass
+class ExportResult:
+    """What was written and how faithful it is."""
+
+    dataset: str
+    version: int
+    format: str
+    output: Path
+    rows: int
+    skipped: int
+    round_trip: RoundTrip | None
+
+    def summary(self) -> str:
+        lines = [
+            f"exported {self.rows:,} rows of {self.dataset}@v{self.version} as {self.format} to {self.output}"
+        ]
+        if self.skipped:
+            lines.append(f"skipped {self.skipped:,} rows whose call has no recorded messages")
+        if self.round_trip is None:
+            lines.append("round trip not checked (pass --tokenizer with the model's chat template)")
+        else:
+            lines.append(self.round_trip.summary())
+        return "\n".join(lines)
+
+
+def trained_runs(labels: list[int]) -> int:
+    """How many separate stretches of trained tokens a row has (1, or more when calls were merged)."""
+    runs, inside = 0, False
+    for lab in labels:
+        if lab != -100 and not inside:
+            runs += 1
+        inside = lab != -100
+    return runs
+
+
+def openai_messages(row: DatasetRow) -> list[dict[str, Any]]:
+    """The row's conversation with ``weight`` on every assistant turn (1 where the version trains it)."""
+    assert row.call is not None
+    # Merged rows train the replies of earlier calls too: the last (runs - 1) assistant inputs.
+    earlier_trained = max(0, trained_runs(row.labels) - 1)
+    assistant_inputs = [i for i, m in enumerate(row.call.inputs) if m.role == "assistant"]
+    trained_inputs = (
+        set(assistant_inputs[len(assistant_inputs) - earlier_trained :]) if earlier_trained else set()
+    )
+    out = []
+    for i, m in enumerate(row.call.inputs):
+        msg = m.openai()
+        if m.role == "assistant":
+            msg["weight"] = 1 if i in trained_inputs else 0
+        out.append(msg)
+    for m in row.call.outputs:
+        out.append({**m.openai(), "weight": 1})
+    return out
+
+
+def _plain(messages: list[Message]) -> list[dict[str, Any]]:
+    return [m.openai() for m in messages]
+
+
+def prompt_completion(row: DatasetRow) -> dict[str, Any]:
+    assert row.call is not None
+    return {"prompt": _plain(row.call.inputs), "completion": _plain(row.call.outputs)}
+
+
+def _record(fmt: str, row: DatasetRow) -> dict[str, Any]:
+    assert row.call is not None
+    if fmt == "openai":
+        return {"messages": openai_messages(row)}
+    if fmt == "trl-messages":
+        return {"messages": _plain(row.call.inputs + row.call.outputs)}
+    return prompt_completion(row)
+
+
+def _temp_beside(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+
+
+def _replace(tmp: Path, final: Path) -> None:
+    """Move ``tmp`` into place; an existing ``final`` (allowed by --force) goes only after."""
+    if final.is_dir() and not final.is_symlink():
+        old = _temp_beside(final)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+
+
+def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    tmp = _temp_beside(path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        _replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_hf(path: Path, rows: list[DatasetRow]) -> None:
+    import datasets
+    from datasets import Dataset, DatasetDict
+
+    datasets.disable_progress_bars()  # the CLI prints one summary line instead
+
+    splits: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        splits.setdefault(row.split, []).append(
+            {
+                **{k: json.dumps(v) for k, v in prompt_completion(row).items()},
+                "input_ids": row.input_ids,
+                "labels": row.labels,
+                "reward": row.reward,
+                "rollout_id": row.rollout_id,
+                "attempt_id": row.attempt_id,
+                "span_id": row.span_id,
+            }
+        )
+    tmp = _temp_beside(path)
+    try:
+        DatasetDict({s: Dataset.from_list(r) for s, r in splits.items()}).save_to_disk(str(tmp))
+        _replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def export(wh: Warehouse, config: ExportConfig) -> ExportResult:
+    """Write ``config.dataset`` in ``config.format``; see the module docstring."""
+    config.validate()
+    tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else None
+    con = connect(wh)
+    try:
+        name, version, _, rows = dataset_rows(wh, con, config.dataset, config.split)
+    finally:
+        con.close()
+    usable = [r for r in rows if r.call is not None and r.call.inputs and r.call.outputs]
+    if not usable:
+        raise ViewError(
+            f"none of the {len(rows)} rows of {name}@v{version} has recorded messages",
+            "the silver `messages` table is built from litellm_request spans; were they collected?",
+        )
+    config.output.parent.mkdir(parents=True, exist_ok=True)
+    if config.format == "hf":
+        _write_hf(config.output, usable)
+    else:
+        _write_jsonl(config.output, [_record(config.format, r) for r in usable])
+    checked = round_trip(tokenizer, rows) if tokenizer is not None else None
+    return ExportResult(
+        name, version, config.format, config.output, len(usable), len(rows) - len(usable), checked
+    )
