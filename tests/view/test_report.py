@@ -6,8 +6,9 @@ import json
 import re
 
 from click.testing import CliRunner
-from tracebank.cli.main import cli
 from tracebank.view.report_data import drop_reasons
+
+from tracebank.cli.main import cli
 
 
 def _report(wh_root, *args):
