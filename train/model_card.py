@@ -16,12 +16,22 @@ from tracebank.warehouse.commit import write_json_atomic
 
 PROVENANCE_FILE = "tracebank.json"
 CARD_FILE = "README.md"
-_KEYS = ("run_id", "dataset", "content_hash", "base_model", "backend", "save", "started_at", "hyperparameters")
+_KEYS = (
+    "run_id",
+    "dataset",
+    "content_hash",
+    "base_model",
+    "backend",
+    "save",
+    "started_at",
+    "hyperparameters",
+)
 
 
 def provenance(record: Any) -> dict[str, Any]:
     """The small JSON document: where the model came from (a run record or its dict)."""
-    doc = dataclasses.asdict(record) if dataclasses.is_dataclass(record) else dict(record)
+    is_record = dataclasses.is_dataclass(record) and not isinstance(record, type)
+    doc = dataclasses.asdict(record) if is_record else dict(record)
     out = {k: doc.get(k) for k in _KEYS}
     out["data"] = doc.get("data") or {}
     out["libraries"] = doc.get("libraries") or {}
@@ -34,7 +44,9 @@ def _yaml_str(value: Any) -> str:
 
 def model_card(prov: dict[str, Any]) -> str:
     """README.md text: YAML front matter (as model hubs read it) and a short human summary."""
-    settings = "\n".join(f"| `{k}` | `{json.dumps(v)}` |" for k, v in sorted((prov.get("hyperparameters") or {}).items()))
+    settings = "\n".join(
+        f"| `{k}` | `{json.dumps(v)}` |" for k, v in sorted((prov.get("hyperparameters") or {}).items())
+    )
     data = prov.get("data") or {}
     rows = ", ".join(f"{k}: {v}" for k, v in sorted(data.items()) if isinstance(v, int | float | str))
     return f"""---

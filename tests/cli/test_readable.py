@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+
 from tracebank.cli.readable import Limits, table_text, vertical_text
 
 UTC = dt.UTC

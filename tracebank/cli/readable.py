@@ -55,9 +55,8 @@ def _footer(shown: int, total: int, cut_cells: int, limits: Limits, layout: str)
         parts.append(f"showing the first {shown:,} (--max-rows 0 shows all)")
     if cut_cells:
         hint = "--max-width 0" + (", --format vertical" if layout == "table" else "") + " or --format json"
-        parts.append(
-            f"{cut_cells:,} value{'s' if cut_cells != 1 else ''} cut to {limits.max_width} characters ({hint} shows them whole)"
-        )
+        values = f"{cut_cells:,} value{'s' if cut_cells != 1 else ''}"
+        parts.append(f"{values} cut to {limits.max_width} characters ({hint} shows them whole)")
     return "(" + "; ".join(parts) + ")"
 
 
