@@ -5,8 +5,9 @@ from __future__ import annotations
 import io
 
 import pytest
-from tracebank.cli.sql_input import parse_params, read_statement
 from tracebank.warehouse.errors import UsageError
+
+from tracebank.cli.sql_input import parse_params, read_statement
 
 
 def test_statement_from_argument_file_or_stdin(tmp_path, monkeypatch):
