@@ -10,10 +10,12 @@ A dataset row names its call's span, so it reaches its messages through ``llm_ca
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 from tracebank.view.errors import NothingToShowError
 from tracebank.warehouse.catalog import resolve_dataset
 from tracebank.warehouse.layout import Warehouse
@@ -283,33 +285,48 @@ class DatasetRow:
         return sum(1 for x in self.labels if x != -100)
 
 
-def dataset_rows(
-    wh: Warehouse, con: duckdb.DuckDBPyConnection, ref: str, split: str | None = None
-) -> tuple[str, int, dict[str, Any], list[DatasetRow]]:
-    """Every row of the version ``ref`` names (train first), each joined to its call's messages."""
+#: Rows are read and joined to their calls this many at a time, so memory stays flat.
+BATCH_ROWS = 512
+SPLITS = ("train", "validation")
+
+
+@dataclass(frozen=True)
+class VersionRows:
+    """A resolved dataset version whose rows can be streamed (train first, in file order)."""
+
+    name: str
+    version: int
+    manifest: dict[str, Any]
+    splits: tuple[str, ...]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@v{self.version}"
+
+
+def version_rows(wh: Warehouse, ref: str, split: str | None = None) -> VersionRows:
     resolved, _, manifest = resolve_dataset(wh, ref)
     assert resolved.version is not None
-    where = "" if split is None else " AND split = ?"
-    params: list[Any] = [resolved.name, resolved.version] + ([split] if split else [])
-    raw = _rows(
-        con,
-        "SELECT split, input_ids, labels, reward, rollout_id, attempt_id, span_id FROM dataset_rows "
-        f"WHERE dataset = ? AND version = ?{where}",
-        params,
-    )
-    raw.sort(key=lambda r: r["split"] == "validation")  # stable: file order within a split
-    calls = _calls_by_span(con, {(r["rollout_id"], r["attempt_id"]) for r in raw})
-    rows = [
-        DatasetRow(
-            dataset=resolved.name,
-            version=resolved.version,
-            index=i,
-            call=calls.get((r["rollout_id"], r["attempt_id"], r["span_id"])),
-            **r,
+    return VersionRows(resolved.name, resolved.version, manifest, (split,) if split else SPLITS)
+
+
+def iter_rows(con: duckdb.DuckDBPyConnection, rows: VersionRows) -> Iterator[DatasetRow]:
+    """Every row of the version, each joined to its call's messages, a batch at a time."""
+    index = 0
+    for split in rows.splits:
+        result = con.execute(
+            "SELECT input_ids, labels, reward, rollout_id, attempt_id, span_id FROM dataset_rows "
+            "WHERE dataset = ? AND version = ? AND split = ?",
+            [rows.name, rows.version, split],
         )
-        for i, r in enumerate(raw)
-    ]
-    return resolved.name, resolved.version, manifest, rows
+        names = [d[0] for d in result.description]
+        while batch := result.fetchmany(BATCH_ROWS):
+            raw = [dict(zip(names, r, strict=True)) for r in batch]
+            calls = _calls_by_span(con, {(r["rollout_id"], r["attempt_id"]) for r in raw})
+            for r in raw:
+                key = (r["rollout_id"], r["attempt_id"], r["span_id"])
+                yield DatasetRow(rows.name, rows.version, split, index, call=calls.get(key), **r)
+                index += 1
 
 
 def _calls_by_span(
@@ -318,8 +335,11 @@ def _calls_by_span(
     """Calls of these attempts keyed by (rollout, attempt, span) of their llm_calls span."""
     if not attempts:
         return {}
-    con.execute("CREATE OR REPLACE TEMP TABLE _wanted (rollout_id VARCHAR, attempt_id VARCHAR)")
-    con.executemany("INSERT INTO _wanted VALUES (?, ?)", [list(a) for a in attempts])
+    con = con.cursor()  # the caller is still fetching from its own result
+    pairs = sorted(attempts)
+    con.register(
+        "_wanted", pa.table({"rollout_id": [p[0] for p in pairs], "attempt_id": [p[1] for p in pairs]})
+    )
     spans = _rows(
         con,
         "SELECT c.rollout_id, c.attempt_id, c.span_id, c.sequence_id, c.model, c.prompt_len, c.response_len, "

@@ -15,18 +15,23 @@ has no recorded messages cannot be written as chat and is counted, not guessed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 from tracebank.view.config import ExportConfig
-from tracebank.view.conversation import DatasetRow, Message, dataset_rows
+from tracebank.view.conversation import BATCH_ROWS, DatasetRow, Message, VersionRows, iter_rows, version_rows
 from tracebank.view.errors import ViewError
-from tracebank.view.roundtrip import RoundTrip, round_trip
+from tracebank.view.roundtrip import RoundTrip, check_row
 from tracebank.view.tokenizer import load_tokenizer
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import connect
@@ -120,69 +125,144 @@ def _replace(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
 
 
-def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+def _usable(row: DatasetRow) -> bool:
+    return row.call is not None and bool(row.call.inputs) and bool(row.call.outputs)
+
+
+@dataclass
+class _Tally:
+    """Counts kept while rows stream past: written, skipped, and the round trip."""
+
+    tokenizer: Any
+    rows: int = 0
+    written: int = 0
+    round_trip: RoundTrip | None = None
+
+    def __post_init__(self) -> None:
+        self.round_trip = RoundTrip() if self.tokenizer is not None else None
+
+    def see(self, row: DatasetRow) -> bool:
+        self.rows += 1
+        if self.round_trip is not None:
+            self.round_trip.add(check_row(self.tokenizer, row))
+        ok = _usable(row)
+        self.written += ok
+        return ok
+
+
+def _write_jsonl(path: Path, fmt: str, rows: Iterator[DatasetRow], tally: _Tally) -> None:
     tmp = _temp_beside(path)
     try:
         with tmp.open("w", encoding="utf-8") as f:
-            for r in records:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            for row in rows:
+                if tally.see(row):
+                    f.write(json.dumps(_record(fmt, row), ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        if not tally.written:
+            raise _nothing_usable(tally)
         _replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def _write_hf(path: Path, rows: list[DatasetRow]) -> None:
+def _hf_record(row: DatasetRow) -> dict[str, Any]:
+    return {
+        **{k: json.dumps(v) for k, v in prompt_completion(row).items()},
+        "input_ids": row.input_ids,
+        "labels": row.labels,
+        "reward": row.reward,
+        "rollout_id": row.rollout_id,
+        "attempt_id": row.attempt_id,
+        "span_id": row.span_id,
+    }
+
+
+HF_SCHEMA = pa.schema(
+    [
+        ("prompt", pa.string()),
+        ("completion", pa.string()),
+        ("input_ids", pa.list_(pa.int32())),
+        ("labels", pa.list_(pa.int32())),
+        ("reward", pa.float64()),
+        ("rollout_id", pa.string()),
+        ("attempt_id", pa.string()),
+        ("span_id", pa.string()),
+    ]
+)
+
+
+def _stage_split(path: Path, rows: Iterator[DatasetRow], tally: _Tally) -> int:
+    """Stream one split's usable rows into a Parquet file a batch at a time; how many were written."""
+    written = 0
+    with pq.ParquetWriter(path, HF_SCHEMA) as writer:
+        batch: list[dict[str, Any]] = []
+        for row in rows:
+            if tally.see(row):
+                batch.append(_hf_record(row))
+            if len(batch) >= BATCH_ROWS:
+                writer.write_table(pa.Table.from_pylist(batch, schema=HF_SCHEMA))
+                written, batch = written + len(batch), []
+        if batch:
+            writer.write_table(pa.Table.from_pylist(batch, schema=HF_SCHEMA))
+            written += len(batch)
+    return written
+
+
+def _write_hf(path: Path, con: duckdb.DuckDBPyConnection, version: VersionRows, tally: _Tally) -> None:
+    """A ``datasets`` folder (save_to_disk), built from per-split Parquet files, never all in memory."""
     import datasets
     from datasets import Dataset, DatasetDict
 
     datasets.disable_progress_bars()  # the CLI prints one summary line instead
-
-    splits: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        splits.setdefault(row.split, []).append(
-            {
-                **{k: json.dumps(v) for k, v in prompt_completion(row).items()},
-                "input_ids": row.input_ids,
-                "labels": row.labels,
-                "reward": row.reward,
-                "rollout_id": row.rollout_id,
-                "attempt_id": row.attempt_id,
-                "span_id": row.span_id,
-            }
-        )
-    tmp = _temp_beside(path)
+    tmp, stage = _temp_beside(path), _temp_beside(path.with_name(path.name + "-staging"))
+    stage.mkdir()
     try:
-        DatasetDict({s: Dataset.from_list(r) for s, r in splits.items()}).save_to_disk(str(tmp))
+        parts = {}
+        for split in version.splits:
+            staged = stage / f"{split}.parquet"
+            if _stage_split(staged, iter_rows(con, dataclasses.replace(version, splits=(split,))), tally):
+                parts[split] = Dataset.from_parquet(str(staged), cache_dir=str(stage / "cache"))
+        if not tally.written:
+            raise _nothing_usable(tally)
+        DatasetDict(parts).save_to_disk(str(tmp))
         _replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _nothing_usable(tally: _Tally) -> ViewError:
+    return ViewError(
+        f"none of the {tally.rows} rows has recorded messages, so there is nothing to write",
+        "the silver `messages` table is built from litellm_request spans; were they collected?",
+    )
 
 
 def export(wh: Warehouse, config: ExportConfig) -> ExportResult:
-    """Write ``config.dataset`` in ``config.format``; see the module docstring."""
+    """Write ``config.dataset`` in ``config.format``, streaming its rows; see the module docstring."""
     config.validate()
     tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else None
+    version = version_rows(wh, config.dataset, config.split)
+    tally = _Tally(tokenizer)
+    config.output.parent.mkdir(parents=True, exist_ok=True)
     con = connect(wh)
     try:
-        name, version, _, rows = dataset_rows(wh, con, config.dataset, config.split)
+        if config.format == "hf":
+            _write_hf(config.output, con, version, tally)
+        else:
+            _write_jsonl(config.output, config.format, iter_rows(con, version), tally)
     finally:
         con.close()
-    usable = [r for r in rows if r.call is not None and r.call.inputs and r.call.outputs]
-    if not usable:
-        raise ViewError(
-            f"none of the {len(rows)} rows of {name}@v{version} has recorded messages",
-            "the silver `messages` table is built from litellm_request spans; were they collected?",
-        )
-    config.output.parent.mkdir(parents=True, exist_ok=True)
-    if config.format == "hf":
-        _write_hf(config.output, usable)
-    else:
-        _write_jsonl(config.output, [_record(config.format, r) for r in usable])
-    checked = round_trip(tokenizer, rows) if tokenizer is not None else None
     return ExportResult(
-        name, version, config.format, config.output, len(usable), len(rows) - len(usable), checked
+        version.name,
+        version.version,
+        config.format,
+        config.output,
+        tally.written,
+        tally.rows - tally.written,
+        tally.round_trip,
     )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import heapq
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
 from tracebank.view.config import ReportConfig
-from tracebank.view.conversation import ROLLOUT_REWARDS_SQL, DatasetRow, dataset_rows
+from tracebank.view.conversation import ROLLOUT_REWARDS_SQL, DatasetRow, iter_rows, version_rows
 from tracebank.view.errors import NothingToShowError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
@@ -95,41 +97,57 @@ def _conversation(row: DatasetRow, tokenizer: Any | None) -> dict[str, Any]:
     }
 
 
-def _sample(rows: list[DatasetRow], n: int) -> list[DatasetRow]:
-    """The best and worst rows by reward (n in all), best first."""
-    ranked = sorted(rows, key=lambda r: (-(r.reward if r.reward is not None else float("-inf")), r.index))
-    if len(ranked) <= n:
-        return ranked
-    top = ranked[: (n + 1) // 2]
-    bottom = [r for r in ranked[len(ranked) - n // 2 :] if r not in top]
-    return top + bottom
+def _sample(rows: Iterator[DatasetRow], n: int) -> tuple[list[float], list[DatasetRow]]:
+    """The train rows' rewards, and the best and worst rows by reward (n in all, best first).
+
+    Rows stream past; only the 2n candidates are kept, so memory does not grow with the version.
+    """
+    rewards: list[float] = []
+    best: list[tuple[float, int, int, DatasetRow]] = []  # min-heap of the best
+    worst: list[tuple[float, int, int, DatasetRow]] = []  # min-heap of the negated worst
+    n_best, n_worst = (n + 1) // 2, n // 2
+    for row in rows:
+        reward = row.reward if row.reward is not None else float("-inf")
+        if row.split == "train" and row.reward is not None:
+            rewards.append(row.reward)
+        item = (reward, -row.index, row.index, row)
+        if n_best:
+            (heapq.heappush if len(best) < n_best else heapq.heappushpop)(best, item)
+        if n_worst:
+            (heapq.heappush if len(worst) < n_worst else heapq.heappushpop)(
+                worst, (-reward, row.index, row.index, row)
+            )
+    top = [r for *_, r in sorted(best, key=lambda t: (-t[0], t[2]))]
+    seen = {r.index for r in top}
+    bottom = [r for *_, r in sorted(worst, key=lambda t: (t[0], t[2])) if r.index not in seen]
+    return rewards, top + bottom
 
 
 def _dataset_section(
     wh: Warehouse, con: duckdb.DuckDBPyConnection, manifest: dict[str, Any], tokenizer: Any, n_conv: int
 ) -> dict[str, Any]:
     name, version = manifest["name"], int(manifest["version"])
-    _, _, _, rows = dataset_rows(wh, con, f"{name}@v{version}")
+    rows = version_rows(wh, f"{name}@v{version}")
+    kept, sample = _sample(iter_rows(con, rows), n_conv)
     sources = [s.get("collection_id") for s in manifest.get("sources", [])]
     source_rewards = _rows(
         con,
         f"SELECT reward FROM ({ROLLOUT_REWARDS_SQL}) WHERE list_contains(?, collection_id)",
         [sources],
     )
-    kept = [r.reward for r in rows if r.reward is not None and r.split == "train"]
     return {
         "anchor": f"ds-{name}-v{version}",
         "ref": f"{name}@v{version}",
         "created_at": manifest.get("created_at"),
         "content_hash": manifest.get("content_hash"),
-        "rows": len(rows),
+        "rows": int(manifest.get("rows") or 0),
         "params": manifest.get("params", {}),
         "sources": sources,
         "row_rewards": kept,
         "source_rollout_rewards": [r["reward"] for r in source_rewards],
         "cut": min(kept) if kept else None,
         "drops": drop_reasons(manifest),
-        "conversations": [_conversation(r, tokenizer) for r in _sample(rows, n_conv)],
+        "conversations": [_conversation(r, tokenizer) for r in sample],
     }
 
 

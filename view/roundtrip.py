@@ -30,6 +30,10 @@ class RoundTrip:
     rows: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
 
+    def add(self, verdict: str) -> None:
+        self.rows += 1
+        self.reasons[verdict] += 1
+
     @property
     def matched(self) -> int:
         return self.reasons[OK] + self.reasons[OK_TRAILING]
@@ -75,10 +79,3 @@ def check_row(tokenizer: Any, row: DatasetRow) -> str:
     if tokenizer(text, add_special_tokens=False)["input_ids"] != reply:
         return NOT_CANONICAL
     return REPLY_DIFFERS
-
-
-def round_trip(tokenizer: Any, rows: list[DatasetRow]) -> RoundTrip:
-    result = RoundTrip(rows=len(rows))
-    for row in rows:
-        result.reasons[check_row(tokenizer, row)] += 1
-    return result

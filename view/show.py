@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import duckdb
 from tracebank.view.config import ShowConfig
-from tracebank.view.conversation import dataset_rows, load_conversation, ranked_rollouts
+from tracebank.view.conversation import iter_rows, load_conversation, ranked_rollouts, version_rows
 from tracebank.view.errors import NothingToShowError
 from tracebank.view.text import conversation_text, dataset_row_text
 from tracebank.view.tokenizer import load_tokenizer
@@ -28,15 +29,15 @@ def show(wh: Warehouse, config: ShowConfig) -> str:
         con.close()
 
 
-def _show_row(wh: Warehouse, con, config: ShowConfig) -> str:
+def _show_row(wh: Warehouse, con: duckdb.DuckDBPyConnection, config: ShowConfig) -> str:
     assert config.dataset is not None
-    name, version, _, rows = dataset_rows(wh, con, config.dataset)
-    if config.row >= len(rows):
-        raise NothingToShowError(
-            f"{name}@v{version} has {len(rows)} rows; no row {config.row}", f"use --row 0..{len(rows) - 1}"
-        )
+    rows = version_rows(wh, config.dataset)
+    row = next((r for r in iter_rows(con, rows) if r.index == config.row), None)
+    if row is None:
+        n = int(rows.manifest.get("rows") or 0)
+        raise NothingToShowError(f"{rows.ref} has {n} rows; no row {config.row}", f"use --row 0..{n - 1}")
     decode = None
     if config.tokenizer:
         tok = load_tokenizer(config.tokenizer)
         decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
-    return dataset_row_text(rows[config.row], config.max_chars, decode)
+    return dataset_row_text(row, config.max_chars, decode)
