@@ -312,6 +312,7 @@ def version_rows(wh: Warehouse, ref: str, split: str | None = None) -> VersionRo
 
 def iter_rows(con: duckdb.DuckDBPyConnection, rows: VersionRows) -> Iterator[DatasetRow]:
     """Every row of the version, each joined to its call's messages, a batch at a time."""
+    _stage_calls(con, rows)
     index = 0
     for split in rows.splits:
         result = con.execute(
@@ -329,6 +330,26 @@ def iter_rows(con: duckdb.DuckDBPyConnection, rows: VersionRows) -> Iterator[Dat
                 index += 1
 
 
+def _stage_calls(con: duckdb.DuckDBPyConnection, rows: VersionRows) -> None:
+    """Copy the version's calls and their messages (text only) out of the Parquet views once.
+
+    Each batch then looks its calls up in these small tables instead of scanning every
+    collection's silver files again. (A schema of their own keeps them out of SHOW TABLES.)
+    """
+    con.execute("CREATE SCHEMA IF NOT EXISTS view_stage")
+    con.execute(
+        "CREATE OR REPLACE TABLE view_stage.calls AS SELECT c.rollout_id, c.attempt_id, c.span_id, "
+        "c.sequence_id, c.model, c.prompt_len, c.response_len, c.reject_reason FROM llm_calls c SEMI JOIN "
+        "(SELECT rollout_id, attempt_id, span_id FROM dataset_rows WHERE dataset = ? AND version = ?) d "
+        "USING (rollout_id, attempt_id, span_id)",
+        [rows.name, rows.version],
+    )
+    con.execute(
+        "CREATE OR REPLACE TABLE view_stage.messages AS SELECT m.* FROM messages m "
+        "SEMI JOIN view_stage.calls c USING (rollout_id, attempt_id, sequence_id)"
+    )
+
+
 def _calls_by_span(
     con: duckdb.DuckDBPyConnection, attempts: set[tuple[str, str]]
 ) -> dict[tuple[str, str, str], Call]:
@@ -343,12 +364,12 @@ def _calls_by_span(
     spans = _rows(
         con,
         "SELECT c.rollout_id, c.attempt_id, c.span_id, c.sequence_id, c.model, c.prompt_len, c.response_len, "
-        "c.reject_reason FROM llm_calls c JOIN _wanted USING (rollout_id, attempt_id)",
+        "c.reject_reason FROM view_stage.calls c JOIN _wanted USING (rollout_id, attempt_id)",
         [],
     )
     msgs = _rows(
         con,
-        "SELECT m.* FROM messages m JOIN _wanted USING (rollout_id, attempt_id) "
+        "SELECT m.* FROM view_stage.messages m JOIN _wanted USING (rollout_id, attempt_id) "
         "ORDER BY m.rollout_id, m.attempt_id, m.sequence_id, m.direction, m.message_index",
         [],
     )
