@@ -310,6 +310,19 @@ def version_rows(wh: Warehouse, ref: str, split: str | None = None) -> VersionRo
     return VersionRows(resolved.name, resolved.version, manifest, (split,) if split else SPLITS)
 
 
+def served_models(con: duckdb.DuckDBPyConnection, rows: VersionRows) -> list[str]:
+    """The models that answered the calls of the version's rows, most rows first."""
+    found = _rows(
+        con,
+        "SELECT c.model, count(*) AS n FROM dataset_rows d "
+        "JOIN llm_calls c USING (rollout_id, attempt_id, span_id) "
+        "WHERE d.dataset = ? AND d.version = ? AND c.model IS NOT NULL "
+        "GROUP BY c.model ORDER BY n DESC, c.model",
+        [rows.name, rows.version],
+    )
+    return [r["model"] for r in found]
+
+
 def iter_rows(con: duckdb.DuckDBPyConnection, rows: VersionRows) -> Iterator[DatasetRow]:
     """Every row of the version, each joined to its call's messages, a batch at a time."""
     _stage_calls(con, rows)

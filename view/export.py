@@ -29,10 +29,18 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tracebank.view.config import ExportConfig
-from tracebank.view.conversation import BATCH_ROWS, DatasetRow, Message, VersionRows, iter_rows, version_rows
+from tracebank.view.conversation import (
+    BATCH_ROWS,
+    DatasetRow,
+    Message,
+    VersionRows,
+    iter_rows,
+    served_models,
+    version_rows,
+)
 from tracebank.view.errors import ViewError
 from tracebank.view.roundtrip import RoundTrip, check_row
-from tracebank.view.tokenizer import load_tokenizer
+from tracebank.view.tokenizer import load_tokenizer, local_model_dir
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import connect
 
@@ -48,6 +56,7 @@ class ExportResult:
     rows: int
     skipped: int
     round_trip: RoundTrip | None
+    tokenizer: str | None = None
 
     def summary(self) -> str:
         lines = [
@@ -58,7 +67,7 @@ class ExportResult:
         if self.round_trip is None:
             lines.append("round trip not checked (pass --tokenizer with the model's chat template)")
         else:
-            lines.append(self.round_trip.summary())
+            lines.append(self.round_trip.summary(str(self.tokenizer)))
         return "\n".join(lines)
 
 
@@ -245,12 +254,12 @@ def _nothing_usable(tally: _Tally) -> ViewError:
 def export(wh: Warehouse, config: ExportConfig) -> ExportResult:
     """Write ``config.dataset`` in ``config.format``, streaming its rows; see the module docstring."""
     config.validate()
-    tokenizer = load_tokenizer(config.tokenizer) if config.tokenizer else None
     version = version_rows(wh, config.dataset, config.split)
-    tally = _Tally(tokenizer)
     config.output.parent.mkdir(parents=True, exist_ok=True)
     con = connect(wh)
     try:
+        tok_dir = config.tokenizer or local_model_dir(served_models(con, version))
+        tally = _Tally(load_tokenizer(tok_dir) if tok_dir else None)
         if config.format == "hf":
             _write_hf(config.output, con, version, tally)
         else:
@@ -265,4 +274,5 @@ def export(wh: Warehouse, config: ExportConfig) -> ExportResult:
         tally.written,
         tally.rows - tally.written,
         tally.round_trip,
+        tok_dir,
     )

@@ -38,8 +38,11 @@ class RoundTrip:
     def matched(self) -> int:
         return self.reasons[OK] + self.reasons[OK_TRAILING]
 
-    def summary(self) -> str:
-        text = f"{self.matched} of {self.rows} rows round-trip to the stored token ids with the chat template"
+    def summary(self, tokenizer: str) -> str:
+        text = (
+            f"{self.matched} of {self.rows} rows round-trip to the stored token ids "
+            f"with the chat template of {tokenizer}"
+        )
         others = [
             f"{n} {reason}" for reason, n in self.reasons.most_common() if reason not in (OK, OK_TRAILING)
         ]

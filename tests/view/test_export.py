@@ -26,7 +26,7 @@ def test_openai_jsonl_says_how_many_rows_round_trip_and_why_not(view_wh, tmp_pat
     assert result.exit_code == 0, result.output
     assert result.output == (
         f"exported 4 rows of mixed@v1 as openai to {out}\n"
-        "0 of 4 rows round-trip to the stored token ids with the chat template: "
+        f"0 of 4 rows round-trip to the stored token ids with the chat template of {view_wh.model}: "
         "2 prompt ids differ from the chat template's rendering of its messages; "
         "1 reply cut before its end-of-turn token (a max-tokens stop); "
         "1 reply ids do not re-encode to themselves (invalid UTF-8 or another BPE spelling)\n"
@@ -38,7 +38,7 @@ def test_qa_rows_all_round_trip(view_wh, tmp_path):
     assert result.exit_code == 0, result.output
     assert (
         result.output.splitlines()[1]
-        == "16 of 16 rows round-trip to the stored token ids with the chat template"
+        == f"16 of 16 rows round-trip to the stored token ids with the chat template of {view_wh.model}"
     )
 
 

@@ -7,6 +7,8 @@ train each time (two collections, two dataset versions, two runs).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 from tracebank.loop import DemoConfig
@@ -107,3 +109,21 @@ def test_tool_calls_show_in_the_conversation_viewer(view_wh, tmp_path):
         assert _plotted_traces(driver, "chart-cut-0") == 2
         assert _plotted_traces(driver, "chart-loss") == -1  # no runs: says so instead of an empty chart
         assert driver.find_element("id", "chart-loss").text == "no data for this chart"
+
+
+def test_export_finds_the_served_models_tokenizer_by_itself(demo_wh, tmp_path):
+    """The demo's calls name the served model by its folder: export checks the round trip with it."""
+    out = tmp_path / "demo.jsonl"
+    result = CliRunner().invoke(cli, ["--warehouse", str(demo_wh.root), "export", "demo@v1", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = len(out.read_text().splitlines())
+    first, second = result.output.splitlines()
+    assert first == f"exported {rows} rows of demo@v1 as openai to {out}"
+    # The tiny random model mostly stops at max_tokens: those replies carry no end-of-turn token.
+    match = re.fullmatch(
+        rf"(\d+) of {rows} rows round-trip to the stored token ids with the chat template of \S+/version_0(: .*)?",
+        second,
+    )
+    assert match, second
+    if int(match.group(1)) < rows:
+        assert "reply cut before its end-of-turn token (a max-tokens stop)" in second
