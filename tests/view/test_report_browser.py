@@ -121,7 +121,8 @@ def test_export_finds_the_served_models_tokenizer_by_itself(demo_wh, tmp_path):
     assert first == f"exported {rows} rows of demo@v1 as openai to {out}"
     # The tiny random model mostly stops at max_tokens: those replies carry no end-of-turn token.
     match = re.fullmatch(
-        rf"(\d+) of {rows} rows round-trip to the stored token ids with the chat template of \S+/version_0(: .*)?",
+        rf"(\d+) of {rows} rows round-trip to the stored token ids "
+        r"with the chat template of \S+/version_0(: .*)?",
         second,
     )
     assert match, second
