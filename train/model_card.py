@@ -12,8 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tracebank.warehouse.commit import write_json_atomic
-
 PROVENANCE_FILE = "tracebank.json"
 CARD_FILE = "README.md"
 _KEYS = (
@@ -80,9 +78,13 @@ def write_model_card(folder: Path, record: Any) -> dict[str, Any]:
     it is replaced.
     """
     prov = provenance(record)
-    write_json_atomic(folder / PROVENANCE_FILE, prov)
-    card = folder / CARD_FILE
-    tmp = card.with_name(f".{CARD_FILE}.tmp")
-    tmp.write_text(model_card(prov), encoding="utf-8")
-    tmp.replace(card)
+    _write_text(folder / PROVENANCE_FILE, json.dumps(prov, indent=2, sort_keys=True, default=str) + "\n")
+    _write_text(folder / CARD_FILE, model_card(prov))
     return prov
+
+
+def _write_text(path: Path, text: str) -> None:
+    # The model folder is still the unpublished staging folder: a rename is enough.
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -28,6 +28,7 @@ from tracebank.train import preflight
 from tracebank.train.config import TrainConfig
 from tracebank.train.dataset import DatasetVersion, open_version, verify
 from tracebank.train.errors import TrainConfigError, TrainError
+from tracebank.train.model_card import write_model_card
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
 from tracebank.warehouse.errors import TracebankError
 from tracebank.warehouse.events import (
@@ -297,6 +298,7 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
             record.model["saved"] = child.result.get("saved")
         if failure is not None:
             raise failure
+        write_model_card(staging, record)  # provenance travels with the model folder
         _publish(staging, output)
     except TracebankError as exc:
         writer.finish("failed", exc.one_line())

@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 from tracebank.view.errors import NothingToShowError
 from tracebank.warehouse.catalog import resolve_dataset
+from tracebank.warehouse.contract import IGNORE_INDEX, RAW_LLM_SPAN
 from tracebank.warehouse.layout import Warehouse
 
 #: Each rollout's final reward: the last reward (by sequence, then time) of its latest attempt.
@@ -174,7 +175,7 @@ def _calls_of(con: duckdb.DuckDBPyConnection, rollout_id: str, attempt_id: str) 
         con,
         "SELECT sequence_id, span_id, model, prompt_len, response_len, reject_reason FROM llm_calls "
         "WHERE rollout_id = ? AND attempt_id = ? "
-        "ORDER BY sequence_id, reject_reason IS NOT NULL, span_name <> 'raw_gen_ai_request', start_time",
+        f"ORDER BY sequence_id, reject_reason IS NOT NULL, span_name <> '{RAW_LLM_SPAN}', start_time",
         [rollout_id, attempt_id],
     )
     messages = _messages_of(con, rollout_id, attempt_id)
@@ -275,14 +276,14 @@ class DatasetRow:
         """Leading label positions masked with -100 (the prompt the row does not train on)."""
         n = 0
         for x in self.labels:
-            if x != -100:
+            if x != IGNORE_INDEX:
                 break
             n += 1
         return n
 
     @property
     def trained(self) -> int:
-        return sum(1 for x in self.labels if x != -100)
+        return sum(1 for x in self.labels if x != IGNORE_INDEX)
 
 
 #: Rows are read and joined to their calls this many at a time, so memory stays flat.
@@ -307,7 +308,7 @@ class VersionRows:
 def version_rows(wh: Warehouse, ref: str, split: str | None = None) -> VersionRows:
     resolved, _, manifest = resolve_dataset(wh, ref)
     assert resolved.version is not None
-    return VersionRows(resolved.name, resolved.version, manifest, (split,) if split else SPLITS)
+    return VersionRows(resolved.name, resolved.version, manifest.to_json(), (split,) if split else SPLITS)
 
 
 def served_models(con: duckdb.DuckDBPyConnection, rows: VersionRows) -> list[str]:

@@ -27,7 +27,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tracebank.view.config import ExportConfig
 from tracebank.view.conversation import (
     BATCH_ROWS,
@@ -41,6 +40,7 @@ from tracebank.view.conversation import (
 from tracebank.view.errors import ViewError
 from tracebank.view.roundtrip import RoundTrip, check_row
 from tracebank.view.tokenizer import load_tokenizer, local_model_dir
+from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import connect
 
@@ -75,9 +75,9 @@ def trained_runs(labels: list[int]) -> int:
     """How many separate stretches of trained tokens a row has (1, or more when calls were merged)."""
     runs, inside = 0, False
     for lab in labels:
-        if lab != -100 and not inside:
+        if lab != IGNORE_INDEX and not inside:
             runs += 1
-        inside = lab != -100
+        inside = lab != IGNORE_INDEX
     return runs
 
 
@@ -203,9 +203,12 @@ HF_SCHEMA = pa.schema(
 
 
 def _stage_split(path: Path, rows: Iterator[DatasetRow], tally: _Tally) -> int:
-    """Stream one split's usable rows into a Parquet file a batch at a time; how many were written."""
+    """Stream one split's usable rows into an Arrow stream file a batch at a time; how many were written.
+
+    (An Arrow stream file is what ``datasets`` memory-maps, so the split is never all in memory.)
+    """
     written = 0
-    with pq.ParquetWriter(path, HF_SCHEMA) as writer:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, HF_SCHEMA) as writer:
         batch: list[dict[str, Any]] = []
         for row in rows:
             if tally.see(row):
@@ -220,7 +223,7 @@ def _stage_split(path: Path, rows: Iterator[DatasetRow], tally: _Tally) -> int:
 
 
 def _write_hf(path: Path, con: duckdb.DuckDBPyConnection, version: VersionRows, tally: _Tally) -> None:
-    """A ``datasets`` folder (save_to_disk), built from per-split Parquet files, never all in memory."""
+    """A ``datasets`` folder (save_to_disk), built from per-split Arrow files, never all in memory."""
     import datasets
     from datasets import Dataset, DatasetDict
 
@@ -230,9 +233,9 @@ def _write_hf(path: Path, con: duckdb.DuckDBPyConnection, version: VersionRows, 
     try:
         parts = {}
         for split in version.splits:
-            staged = stage / f"{split}.parquet"
+            staged = stage / f"{split}.arrow"
             if _stage_split(staged, iter_rows(con, dataclasses.replace(version, splits=(split,))), tally):
-                parts[split] = Dataset.from_parquet(str(staged), cache_dir=str(stage / "cache"))
+                parts[split] = Dataset.from_file(str(staged))
         if not tally.written:
             raise _nothing_usable(tally)
         DatasetDict(parts).save_to_disk(str(tmp))

@@ -14,6 +14,7 @@ from tracebank.view.conversation import ROLLOUT_REWARDS_SQL, DatasetRow, iter_ro
 from tracebank.view.errors import NothingToShowError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
+from tracebank.warehouse.contract import IGNORE_INDEX, RAW_LLM_SPAN
 from tracebank.warehouse.layout import Warehouse
 
 #: Manifest counts that say why a call or row did not become a training row.
@@ -30,12 +31,12 @@ ROLLOUT_LINKS = 200
 
 #: Prompt and response lengths of each collection's usable calls, one row per call (its
 #: raw_gen_ai_request span when both call spans carry ids).
-USABLE_CALLS_SQL = """
+USABLE_CALLS_SQL = f"""
 WITH c AS (
   SELECT * FROM llm_calls WHERE reject_reason IS NULL
   QUALIFY row_number() OVER (
     PARTITION BY collection_id, rollout_id, attempt_id, sequence_id
-    ORDER BY span_name <> 'raw_gen_ai_request', start_time) = 1
+    ORDER BY span_name <> '{RAW_LLM_SPAN}', start_time) = 1
 )
 SELECT collection_id, count(*) AS calls,
        list(prompt_len ORDER BY rollout_id, sequence_id) AS prompt_len,
@@ -51,12 +52,13 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = N
 
 
 def _versions(wh: Warehouse, wanted: tuple[str, ...]) -> list[tuple[Path, dict[str, Any]]]:
+    """The covered versions' manifests in their JSON form (every version when none are named)."""
     if not wanted:
-        return catalog.dataset_versions(wh)
+        return [(folder, m.to_json()) for folder, m in catalog.dataset_versions(wh)]
     out = []
     for ref in wanted:
         _, folder, manifest = catalog.resolve_dataset(wh, DatasetRef.parse(ref))
-        out.append((folder, manifest))
+        out.append((folder, manifest.to_json()))
     return out
 
 
@@ -73,7 +75,7 @@ def _token_view(row: DatasetRow, tokenizer: Any | None) -> list[list[Any]]:
     if tokenizer is None:
         return []
     pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in row.input_ids]
-    return [[p, lab != -100] for p, lab in zip(pieces, row.labels, strict=True)]
+    return [[p, lab != IGNORE_INDEX] for p, lab in zip(pieces, row.labels, strict=True)]
 
 
 def _conversation(row: DatasetRow, tokenizer: Any | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 
 from tracebank.view.conversation import Call, Conversation, DatasetRow, Message
+from tracebank.warehouse.contract import IGNORE_INDEX
 
 RULE = "─"
 TRAINED_OPEN, TRAINED_CLOSE = "«", "»"
@@ -114,7 +115,7 @@ def marked_tokens(ids: list[int], labels: list[int], decode: Callable[[list[int]
     """The row's text with each trained run of tokens between « and »."""
     out, run, trained = [], [], None
     for tok, lab in zip(ids, labels, strict=True):
-        is_trained = lab != -100
+        is_trained = lab != IGNORE_INDEX
         if trained is not None and is_trained != trained:
             out.append(_wrap(decode(run), trained))
             run = []

@@ -109,6 +109,18 @@ def test_run_record_holds_dataset_hash_losses_and_versions(qa_wh, merged_run):
     assert not list((qa_wh.tmp_dir).glob(f"train-{record.run_id}*"))  # scratch removed
 
 
+def test_the_model_folder_names_its_dataset_version_hash_and_run(qa_wh, merged_run, lora_run):
+    """README.md (model card) and tracebank.json travel with the model, merged or LoRA."""
+    manifest = catalog.resolve_dataset(qa_wh, "qa@v1")[2]
+    for record, out in (merged_run[:2], lora_run):
+        prov = json.loads((out / "tracebank.json").read_text())
+        assert prov["run_id"] == record.run_id and prov["dataset"] == "qa@v1"
+        assert prov["content_hash"] == manifest.content_hash and prov["base_model"] == record.base_model
+        card = (out / "README.md").read_text()
+        assert f"dataset version: `qa@v1` (content hash `{manifest.content_hash}`)" in card
+        assert "More Information Needed" not in card  # PEFT's placeholder card is replaced
+
+
 def test_lora_save_loads_with_peft(lora_run, tiny_model):
     import torch
     from peft import PeftModel
