@@ -43,24 +43,13 @@ class Message:
     tool_call_id: str | None = None
 
     def openai(self) -> dict[str, Any]:
-        """This message in the OpenAI chat format."""
+        """This message in the OpenAI chat format (``tool_calls`` are stored in it already)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
-            out["tool_calls"] = [
-                {
-                    "id": c.get("id"),
-                    "type": "function",
-                    "function": {"name": c.get("name"), "arguments": _arguments(c.get("arguments"))},
-                }
-                for c in self.tool_calls
-            ]
+            out["tool_calls"] = self.tool_calls
         if self.tool_call_id:
             out["tool_call_id"] = self.tool_call_id
         return out
-
-
-def _arguments(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 @dataclass
@@ -75,6 +64,7 @@ class Call:
     reject_reason: str | None
     inputs: list[Message] = field(default_factory=list)
     outputs: list[Message] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -100,55 +90,22 @@ class Conversation:
         return self.rewards[-1].value if self.rewards else None
 
 
-def _part_fields(content: str | None) -> tuple[str, list[dict[str, Any]], str | None]:
-    """Text, tool calls and tool-call id of a message whose non-text parts are JSON lines.
-
-    The silver ``messages`` table keeps text parts as text and any other part (a GenAI
-    ``tool_call`` / ``tool_call_response``) as its JSON, one per line.
-    """
-    if not content:
-        return content or "", [], None
-    texts, calls, call_id = [], [], None
-    for line in content.split("\n"):
-        part = _json_part(line)
-        if part is None:
-            texts.append(line)
-        elif part.get("type") == "tool_call":
-            calls.append(part)
-        elif part.get("type") == "tool_call_response":
-            call_id = part.get("id")
-            response = part.get("response")
-            texts.append(response if isinstance(response, str) else json.dumps(response))
-        else:
-            texts.append(line)
-    return "\n".join(texts), calls, call_id
-
-
-def _json_part(line: str) -> dict[str, Any] | None:
-    if not (line.startswith("{") and '"type"' in line):
-        return None
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return (
-        value
-        if isinstance(value, dict) and value.get("type") in ("tool_call", "tool_call_response")
-        else None
-    )
-
-
 def _message(row: dict[str, Any]) -> Message:
-    text, calls, call_id = _part_fields(row.get("content"))
-    stored_calls = row.get("tool_calls")
-    if stored_calls:
-        calls = json.loads(stored_calls) if isinstance(stored_calls, str) else list(stored_calls)
+    calls = json.loads(row["tool_calls"]) if row.get("tool_calls") else []
     return Message(
         role=row.get("role") or "?",
-        content=text,
+        content=row.get("content") or "",
         tool_calls=calls,
-        tool_call_id=row.get("tool_call_id") or call_id,
+        tool_call_id=row.get("tool_call_id"),
     )
+
+
+def _attach(call: Call, msgs: list[dict[str, Any]]) -> None:
+    """Give ``call`` its messages (rows of the messages table) and the request's tools."""
+    call.inputs = [_message(m) for m in msgs if m["direction"] == "input"]
+    call.outputs = [_message(m) for m in msgs if m["direction"] == "output"]
+    tools = next((m["tools"] for m in msgs if m.get("tools")), None)
+    call.tools = json.loads(tools) if tools else []
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
@@ -186,8 +143,7 @@ def _calls_of(con: duckdb.DuckDBPyConnection, rollout_id: str, attempt_id: str) 
         calls[r["sequence_id"]] = Call(**r)
     for seq, msgs in messages.items():
         call = calls.setdefault(seq, Call(seq, "", None, None, None, "no token ids recorded"))
-        call.inputs = [_message(m) for m in msgs if m["direction"] == "input"]
-        call.outputs = [_message(m) for m in msgs if m["direction"] == "output"]
+        _attach(call, msgs)
     return [calls[s] for s in sorted(calls)]
 
 
@@ -396,8 +352,6 @@ def _calls_by_span(
         call = Call(
             s["sequence_id"], s["span_id"], s["model"], s["prompt_len"], s["response_len"], s["reject_reason"]
         )
-        ms = by_seq.get(key, [])
-        call.inputs = [_message(m) for m in ms if m["direction"] == "input"]
-        call.outputs = [_message(m) for m in ms if m["direction"] == "output"]
+        _attach(call, by_seq.get(key, []))
         out[(s["rollout_id"], s["attempt_id"], s["span_id"])] = call
     return out

@@ -113,10 +113,14 @@ def prompt_completion(row: DatasetRow) -> dict[str, Any]:
 def _record(fmt: str, row: DatasetRow) -> dict[str, Any]:
     assert row.call is not None
     if fmt == "openai":
-        return {"messages": openai_messages(row)}
-    if fmt == "trl-messages":
-        return {"messages": _plain(row.call.inputs + row.call.outputs)}
-    return prompt_completion(row)
+        record: dict[str, Any] = {"messages": openai_messages(row)}
+    elif fmt == "trl-messages":
+        record = {"messages": _plain(row.call.inputs + row.call.outputs)}
+    else:
+        record = prompt_completion(row)
+    if row.call.tools:
+        record["tools"] = row.call.tools
+    return record
 
 
 def _temp_beside(path: Path) -> Path:
@@ -179,6 +183,7 @@ def _write_jsonl(path: Path, fmt: str, rows: Iterator[DatasetRow], tally: _Tally
 def _hf_record(row: DatasetRow) -> dict[str, Any]:
     return {
         **{k: json.dumps(v) for k, v in prompt_completion(row).items()},
+        "tools": json.dumps(row.call.tools) if row.call is not None and row.call.tools else None,
         "input_ids": row.input_ids,
         "labels": row.labels,
         "reward": row.reward,
@@ -192,6 +197,7 @@ HF_SCHEMA = pa.schema(
     [
         ("prompt", pa.string()),
         ("completion", pa.string()),
+        ("tools", pa.string()),
         ("input_ids", pa.list_(pa.int32())),
         ("labels", pa.list_(pa.int32())),
         ("reward", pa.float64()),

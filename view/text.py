@@ -32,10 +32,11 @@ def message_lines(msg: Message, max_chars: int) -> list[str]:
         out.append(f"  {role}: {first}")
         out += [_indent(line) for line in rest]
     for call in msg.tool_calls:
-        args = call.get("arguments")
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
         args_text = args if isinstance(args, str) else json.dumps(args, sort_keys=True)
         out.append(
-            f"  {msg.role} → tool call {call.get('name')}({_cut(args_text, max_chars)}) [{call.get('id')}]"
+            f"  {msg.role} → tool call {fn.get('name')}({_cut(args_text, max_chars)}) [{call.get('id')}]"
         )
     return out
 
@@ -82,6 +83,9 @@ def conversation_text(conv: Conversation, max_chars: int = 2000) -> str:
     previous: Call | None = None
     for i, call in enumerate(conv.calls, 1):
         lines = [call_header(i, call)]
+        if call.tools and (previous is None or previous.tools != call.tools):
+            names = ", ".join(str((t.get("function") or {}).get("name")) for t in call.tools)
+            lines.append(f"  tools: {names}")
         fresh, skipped = _new_inputs(call, previous)
         if skipped:
             lines.append(f"  (… {skipped} earlier messages, as above)")

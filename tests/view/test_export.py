@@ -58,6 +58,21 @@ def test_tool_calls_and_weight_zero_on_turns_the_version_does_not_train(view_wh,
     assert answer[2]["weight"] == 0
     assert answer[3] == {"role": "tool", "content": "sunny, 21 C", "tool_call_id": "call_1"}
     assert answer[4] == {"role": "assistant", "content": "It is sunny, 21 C.", "weight": 1}
+    tools = next(r for r in records if len(r["messages"]) == 5)["tools"]
+    assert tools == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Current weather of a city",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
     # The row of the first call trains the tool call itself.
     first = next(r for r in records if len(r["messages"]) == 3 and "tool_calls" in r["messages"][2])
     assert first["messages"][2]["weight"] == 1

@@ -21,6 +21,7 @@ def test_a_tool_calling_rollout_reads_as_a_conversation(view_wh):
             f"rollout ro-tool · attempt at-tool · collection {view_wh.mixed_collection} · final reward 0.9",
             'task: {"task": "ro-tool"}',
             "── call 1 · seq 1 · tiny-qwen · prompt 15 tok · response 26 tok",
+            "  tools: get_weather",
             SYSTEM_LINE,
             "  user: What is the weather in Paris?",
             '  assistant → tool call get_weather({"city": "Paris"}) [call_1]',

@@ -1,9 +1,10 @@
 """Proxy spans of a tool-calling rollout and of replies whose ids cannot round-trip.
 
-The ``litellm_request`` span's ``gen_ai.input.messages`` / ``gen_ai.output.messages`` use
-the OpenTelemetry GenAI parts format LiteLLM records: text parts, ``tool_call`` parts
-(``id``, ``name``, ``arguments``) on the assistant, ``tool_call_response`` parts on the
-``tool`` message.
+The ``litellm_request`` span holds what LiteLLM 1.108's OpenTelemetry logger writes
+(``_transform_messages_to_otel_semantic_conventions``, ``set_tools_attributes``): each
+message as ``{"role", "parts": [text parts]}`` with the OpenAI ``tool_calls`` /
+``tool_call_id`` fields kept beside the parts, and the request's tools flattened into
+``llm.request.functions.N.name|description|parameters``.
 """
 
 from __future__ import annotations
@@ -14,47 +15,56 @@ from typing import Any
 from tests.fixtures.proxy_spans import Call, call_spans, reward_span
 
 T0 = 1_700_100_000.0
-WEATHER_CALL = {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": {"city": "Paris"}}
+WEATHER_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
-def _with_parts(spans: list[Any], inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> list[Any]:
-    """The call's spans with its litellm_request messages replaced by these parts-based ones."""
+def _with_messages(
+    spans: list[Any], inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]
+) -> list[Any]:
+    """The call's spans with its litellm_request messages and tools replaced, as LiteLLM writes them."""
     out = []
     for span in spans:
         if span.name == "litellm_request":
             attrs = dict(span.attributes)
             attrs["gen_ai.input.messages"] = json.dumps(inputs)
             attrs["gen_ai.output.messages"] = json.dumps(outputs)
+            attrs["llm.request.functions.0.name"] = WEATHER_TOOL["name"]
+            attrs["llm.request.functions.0.description"] = WEATHER_TOOL["description"]
+            attrs["llm.request.functions.0.parameters"] = json.dumps(WEATHER_TOOL["parameters"])
             span = span.model_copy(update={"attributes": attrs})
         out.append(span)
     return out
 
 
-def _text(role: str, text: str) -> dict[str, Any]:
-    return {"role": role, "parts": [{"type": "text", "content": text}]}
+def _text(role: str, text: str, **extra: Any) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "content": text}], **extra}
 
 
 def tool_rollout(tokenizer: Any, system: str) -> list[Any]:
     """ro-tool: the model calls get_weather, reads the result, answers; reward 0.9."""
     ids = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     first_in = [_text("system", system), _text("user", "What is the weather in Paris?")]
-    call_msg = {"role": "assistant", "parts": [WEATHER_CALL], "finish_reason": "tool_calls"}
-    tool_msg = {
-        "role": "tool",
-        "parts": [{"type": "tool_call_response", "id": "call_1", "response": "sunny, 21 C"}],
-    }
-    answer = {
-        "role": "assistant",
-        "parts": [{"type": "text", "content": "It is sunny, 21 C."}],
-        "finish_reason": "stop",
-    }
+    call_msg = {"role": "assistant", "parts": [], "tool_calls": [WEATHER_CALL]}
+    tool_msg = _text("tool", "sunny, 21 C", tool_call_id="call_1")
+    answer = _text("assistant", "It is sunny, 21 C.", finish_reason="stop")
     c1 = Call(prompt_ids=ids("weather in Paris?"), response_ids=ids('get_weather {"city": "Paris"}'))
     c2 = Call(
         prompt_ids=c1.prompt_ids + c1.response_ids + ids("sunny, 21 C"),
         response_ids=ids("It is sunny, 21 C."),
     )
-    spans = _with_parts(call_spans("ro-tool", "at-tool", 1, c1, T0), first_in, [call_msg])
-    spans += _with_parts(
+    spans = _with_messages(
+        call_spans("ro-tool", "at-tool", 1, c1, T0), first_in, [{**call_msg, "finish_reason": "tool_calls"}]
+    )
+    spans += _with_messages(
         call_spans("ro-tool", "at-tool", 2, c2, T0 + 1), [*first_in, call_msg, tool_msg], [answer]
     )
     return spans + [reward_span("ro-tool", "at-tool", 3, 0.9, T0 + 2)]
