@@ -21,17 +21,6 @@ from tracebank.warehouse.catalog import resolve_dataset
 from tracebank.warehouse.contract import IGNORE_INDEX, RAW_LLM_SPAN
 from tracebank.warehouse.layout import Warehouse
 
-#: Each rollout's final reward: the last reward (by sequence, then time) of its latest attempt.
-ROLLOUT_REWARDS_SQL = """
-WITH latest AS (
-  SELECT rollout_id, arg_max(attempt_id, sequence_id) AS attempt_id FROM attempts GROUP BY rollout_id
-)
-SELECT r.rollout_id, r.attempt_id, any_value(r.collection_id) AS collection_id,
-       arg_max(r.value, (r.sequence_id, r.start_time)) AS reward, count(*) AS rewards
-FROM rewards r JOIN latest l USING (rollout_id, attempt_id)
-GROUP BY r.rollout_id, r.attempt_id
-"""
-
 
 @dataclass
 class Message:
@@ -201,7 +190,8 @@ def ranked_rollouts(con: duckdb.DuckDBPyConnection, n: int, best: bool) -> list[
     order = "DESC" if best else "ASC"
     rows = _rows(
         con,
-        f"SELECT rollout_id FROM ({ROLLOUT_REWARDS_SQL}) ORDER BY reward {order}, rollout_id LIMIT ?",
+        "SELECT rollout_id FROM rollout_rewards WHERE reward IS NOT NULL "
+        f"ORDER BY reward {order}, rollout_id LIMIT ?",
         [n],
     )
     if not rows:

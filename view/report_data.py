@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 from tracebank.view.config import ReportConfig
-from tracebank.view.conversation import ROLLOUT_REWARDS_SQL, DatasetRow, iter_rows, version_rows
+from tracebank.view.conversation import DatasetRow, iter_rows, version_rows
 from tracebank.view.errors import NothingToShowError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
@@ -134,7 +134,7 @@ def _dataset_section(
     sources = [s.get("collection_id") for s in manifest.get("sources", [])]
     source_rewards = _rows(
         con,
-        f"SELECT reward FROM ({ROLLOUT_REWARDS_SQL}) WHERE list_contains(?, collection_id)",
+        "SELECT reward FROM rollout_rewards WHERE reward IS NOT NULL AND list_contains(?, collection_id)",
         [sources],
     )
     return {
@@ -156,7 +156,9 @@ def _dataset_section(
 def _collections(con: duckdb.DuckDBPyConnection, wanted: set[str] | None) -> list[dict[str, Any]]:
     cols = _rows(con, "SELECT collection_id, created_at, tag FROM collections ORDER BY collection_id")
     rewards = _rows(
-        con, f"SELECT collection_id, rollout_id, reward FROM ({ROLLOUT_REWARDS_SQL}) ORDER BY rollout_id"
+        con,
+        "SELECT collection_id, rollout_id, reward FROM rollout_rewards "
+        "WHERE reward IS NOT NULL ORDER BY rollout_id",
     )
     calls = _rows(con, USABLE_CALLS_SQL)
     by_cid = {c["collection_id"]: c for c in calls}
