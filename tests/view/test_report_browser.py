@@ -8,6 +8,7 @@ train each time (two collections, two dataset versions, two runs).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -35,7 +36,12 @@ def demo_wh(tmp_path_factory) -> Warehouse:
     tmp = tmp_path_factory.mktemp("demo")
     wh = Warehouse(tmp / "warehouse")
     config = DemoConfig(
-        work_dir=tmp / "models", rollouts=4, runners=2, iterations=2, max_steps=2, timeout_s=180
+        work_dir=tmp / "models",
+        rollouts=4,
+        runners=2,
+        iterations=2,
+        train=replace(DemoConfig().train, max_steps=2),
+        timeout_s=180,
     )
     run_demo(wh, config)
     return wh
