@@ -24,7 +24,10 @@ class Limits:
     """How much of a result the readable formats show (0: no limit)."""
 
     max_rows: int = 50
+    """table/vertical: show at most this many rows (0: all)."""
+
     max_width: int = 40
+    """table: cut values to this many characters (vertical: 8 times as many; 0: never)."""
 
 
 def _text(value: Any) -> str:
