@@ -201,6 +201,7 @@ def _spec(
     base: Path,
     staging: Path,
     scratch: Path,
+    logging_dir: Path,
 ) -> dict[str, Any]:
     return {
         "config": config.to_dict(),
@@ -212,6 +213,9 @@ def _spec(
         "max_token_id": plan.max_token_id,
         "staging_dir": str(staging),
         "scratch_dir": str(scratch),
+        # Trackers that write files (tensorboard) write them beside the run record, not into
+        # the scratch folder that is removed at the end.
+        "logging_dir": str(logging_dir),
     }
 
 
@@ -286,7 +290,12 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
         scratch.mkdir(parents=True, exist_ok=True)
         output.parent.mkdir(parents=True, exist_ok=True)
         spec_path = scratch / "spec.json"
-        spec_path.write_text(json.dumps(_spec(config, version, plan, base, staging, scratch), indent=2))
+        spec_path.write_text(
+            json.dumps(
+                _spec(config, version, plan, base, staging, scratch, wh.run_dir(run_id) / "tracker-logs"),
+                indent=2,
+            )
+        )
         child = _ChildRun(writer, spec_path, config.timeout, emit)
         child.run()
         failure = child.failure()
