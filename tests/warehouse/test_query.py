@@ -86,7 +86,7 @@ def test_times_are_utc_timestamps_and_internal_tables_are_hidden(wh):
 
 
 def test_rollout_rewards_is_the_last_reward_of_the_latest_attempt(wh):
-    from tracebank.transform import build_silver
+    from tracebank.collect import build_silver
 
     from tests.fixtures.bronze import commit_collection
     from tests.fixtures.proxy_spans import reward_span

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from tracebank.transform import build_silver
+from tracebank.collect import build_silver
 from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.bronze import commit_collection
