@@ -128,6 +128,12 @@ WHERE name = '{ANNOTATION_SPAN}' OR contains(attributes, '{REWARD_PREFIX}')
 ORDER BY span_index
 """
 
+# One row per chat message of each litellm_request span. LiteLLM 1.108 records OpenAI-style
+# fields beside the GenAI parts (``tool_calls`` / ``tool_call_id`` on the message); the
+# GenAI semantic conventions' own ``tool_call`` / ``tool_call_response`` parts are read too.
+# ``content`` holds the text (a tool result's response included, tool calls not);
+# ``tool_calls`` is an OpenAI-format JSON list; ``tools`` the request's tool definitions
+# (``llm.request.functions.N.*``) as an OpenAI-format JSON list, on every message of the call.
 _MESSAGES_SQL = f"""
 WITH s AS (
   SELECT span_index, rollout_id, attempt_id, span_id, sequence_id,
@@ -144,16 +150,52 @@ WITH s AS (
   SELECT span_index, rollout_id, attempt_id, span_id, sequence_id, direction,
          unnest(msgs) AS msg, unnest(range(len(msgs))) AS message_index
   FROM arr
+), p AS (
+  SELECT *, CASE WHEN json_type(msg, '$.parts') = 'ARRAY' THEN json_extract(msg, '$.parts[*]') END AS parts
+  FROM u
+), fn AS (
+  SELECT span_index, attributes,
+         CAST(regexp_extract(k, '^llm\\.request\\.functions\\.(\\d+)\\.name$', 1) AS INTEGER) AS idx
+  FROM (SELECT span_index, attributes, unnest(json_keys(attributes)) AS k FROM spans
+        WHERE name = '{LITELLM_SPAN}' AND contains(attributes, '"llm.request.functions.') {{valid}})
+  WHERE regexp_matches(k, '^llm\\.request\\.functions\\.\\d+\\.name$')
+), tools AS (
+  SELECT span_index, CAST(to_json(list(json_object(
+      'type', 'function', 'function', json_object(
+        'name', json_extract_string(attributes, '$."' || key || '.name"'),
+        'description', json_extract_string(attributes, '$."' || key || '.description"'),
+        'parameters', json(json_extract_string(attributes, '$."' || key || '.parameters"'))))
+      ORDER BY idx)) AS VARCHAR) AS tools
+  FROM (SELECT *, 'llm.request.functions.' || idx AS key FROM fn) GROUP BY span_index
 )
 SELECT rollout_id, attempt_id, span_id, sequence_id, direction,
        CAST(message_index AS INTEGER) AS message_index,
        msg ->> 'role' AS role,
-       CASE WHEN json_type(msg, '$.parts') = 'ARRAY' THEN
-              array_to_string(list_transform(json_extract(msg, '$.parts[*]'), lambda p:
-                CASE WHEN p ->> 'type' = 'text' THEN p ->> 'content' ELSE CAST(p AS VARCHAR) END), chr(10))
+       CASE WHEN parts IS NOT NULL THEN
+              nullif(array_to_string(list_filter(list_transform(parts, lambda x:
+                CASE WHEN x ->> 'type' = 'text' THEN x ->> 'content'
+                     WHEN x ->> 'type' = 'tool_call' THEN NULL
+                     WHEN x ->> 'type' = 'tool_call_response' THEN
+                       CASE WHEN json_type(x, '$.response') = 'VARCHAR' THEN x ->> 'response'
+                            ELSE CAST(json_extract(x, '$.response') AS VARCHAR) END
+                     ELSE CAST(x AS VARCHAR) END), lambda t: t IS NOT NULL), chr(10)), '')
             WHEN json_type(msg, '$.content') = 'VARCHAR' THEN msg ->> 'content'
-            ELSE CAST(json_extract(msg, '$.content') AS VARCHAR) END AS content
-FROM u
+            ELSE CAST(json_extract(msg, '$.content') AS VARCHAR) END AS content,
+       CASE WHEN json_type(msg, '$.tool_calls') = 'ARRAY' AND json_array_length(msg, '$.tool_calls') > 0
+              THEN CAST(json_extract(msg, '$.tool_calls') AS VARCHAR)
+            WHEN len(list_filter(parts, lambda x: x ->> 'type' = 'tool_call')) > 0
+              THEN CAST(to_json(list_transform(
+                list_filter(parts, lambda x: x ->> 'type' = 'tool_call'), lambda x: json_object(
+                  'id', x ->> 'id', 'type', 'function', 'function', json_object(
+                    'name', x ->> 'name',
+                    'arguments', CASE WHEN json_type(x, '$.arguments') = 'VARCHAR' THEN x ->> 'arguments'
+                                      ELSE CAST(json_extract(x, '$.arguments') AS VARCHAR) END)))) AS VARCHAR)
+       END AS tool_calls,
+       coalesce(msg ->> 'tool_call_id',
+                list_filter(parts, lambda x: x ->> 'type' = 'tool_call_response')[1] ->> 'id')
+         AS tool_call_id,
+       tools.tools
+FROM p LEFT JOIN tools USING (span_index)
 ORDER BY span_index, direction, message_index
 """
 

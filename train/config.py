@@ -131,6 +131,8 @@ class TrainConfig:
     """Stop after this many evaluations without a better eval loss (0 = never)."""
     logging_steps: int = 1
     """Optimizer steps between train-loss records in metrics.jsonl."""
+    report_to: tuple[str, ...] = ()
+    """Also send metrics to these trackers (TRL's report_to: tensorboard, wandb, trackio, ...)."""
     timeout: float | None = None
     """Seconds the training process may run before it is stopped and the run recorded failed."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -199,6 +201,10 @@ class TrainConfig:
             raise bad("early stopping patience must be >= 0")
         if self.early_stopping_patience and self.eval_strategy == "no":
             raise bad("early stopping needs evaluation", "drop --eval-strategy no or the patience")
+        if "none" in self.report_to or any(not name.strip() for name in self.report_to):
+            raise bad(
+                "--report-to takes tracker names", "leave it out to record only the warehouse's run_metrics"
+            )
         if self.timeout is not None and not self.timeout > 0:
             raise bad(f"timeout must be positive seconds, got {self.timeout}")
         return self
@@ -265,6 +271,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["target_modules"] = list(self.target_modules)
+        data["report_to"] = list(self.report_to)
         return data
 
     @classmethod
@@ -274,6 +281,7 @@ class TrainConfig:
         if unknown:
             raise TrainConfigError(f"unknown training option(s): {', '.join(unknown)}")
         values = dict(data)
-        if "target_modules" in values:
-            values["target_modules"] = tuple(values["target_modules"])
+        for name in ("target_modules", "report_to"):
+            if name in values:
+                values[name] = tuple(values[name])
         return cls(**values)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import time
 from collections.abc import Callable
 from importlib.util import find_spec
@@ -227,6 +228,8 @@ class SFTRecipe:
         from trl import SFTConfig
 
         strategy = config.eval_strategy if has_eval else "no"
+        if spec.get("logging_dir"):  # transformers' TensorBoard callback reads its folder from here
+            os.environ.setdefault("TENSORBOARD_LOGGING_DIR", spec["logging_dir"])
         args = SFTConfig(
             output_dir=str(scratch / "checkpoints"),
             per_device_train_batch_size=config.batch_size,
@@ -247,7 +250,8 @@ class SFTRecipe:
             gradient_checkpointing=resolved.gradient_checkpointing,
             logging_strategy="steps",
             logging_steps=config.logging_steps,
-            report_to="none",
+            # run_metrics is written by tracebank's own callback whatever else reports.
+            report_to=list(config.report_to) or "none",
             disable_tqdm=True,
             # TRL's default is 1,024 tokens; the dataset's own longest row (or --max-length) instead.
             max_length=spec["max_length"],

@@ -28,6 +28,7 @@ from tracebank.train import preflight
 from tracebank.train.config import TrainConfig
 from tracebank.train.dataset import DatasetVersion, open_version, verify
 from tracebank.train.errors import TrainConfigError, TrainError
+from tracebank.train.model_card import write_model_card
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
 from tracebank.warehouse.claims import Owner, release, try_claim
 from tracebank.warehouse.errors import TracebankError
@@ -239,6 +240,7 @@ def _spec(
     base: Path,
     staging: Path,
     scratch: Path,
+    logging_dir: Path,
 ) -> dict[str, Any]:
     return {
         "config": config.to_dict(),
@@ -250,6 +252,9 @@ def _spec(
         "max_token_id": plan.max_token_id,
         "staging_dir": str(staging),
         "scratch_dir": str(scratch),
+        # Trackers that write files (tensorboard) write them beside the run record, not into
+        # the scratch folder that is removed at the end.
+        "logging_dir": str(logging_dir),
     }
 
 
@@ -332,7 +337,12 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
         scratch.mkdir(parents=True, exist_ok=True)
         output.parent.mkdir(parents=True, exist_ok=True)
         spec_path = scratch / "spec.json"
-        spec_path.write_text(json.dumps(_spec(config, version, plan, base, staging, scratch), indent=2))
+        spec_path.write_text(
+            json.dumps(
+                _spec(config, version, plan, base, staging, scratch, wh.run_dir(run_id) / "tracker-logs"),
+                indent=2,
+            )
+        )
         child = _ChildRun(writer, spec_path, config.timeout, emit)
         child.run()
         failure = child.failure()
@@ -345,6 +355,7 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
         if failure is not None:
             raise failure
         _write_marker(staging, record)
+        write_model_card(staging, record)  # provenance travels with the model folder
         _publish(staging, output)
     except TracebankError as exc:
         writer.finish("failed", exc.one_line())

@@ -33,11 +33,12 @@ from tracebank.transform.errors import (
     SilverMissingError,
     TransformError,
 )
-from tracebank.transform.manifest import content_hash, source_hash, stats, summary_line
+from tracebank.transform.manifest import content_hash, rows_digest, source_hash, stats, summary_line
+from tracebank.transform.provenance import identical_version, served_models, with_metadata
 from tracebank.transform.rows import CallTokens, build_rows
 from tracebank.transform.select import rollout_scores, select_rows
 from tracebank.transform.triplets import CallCounts, rewarded_calls
-from tracebank.transform.writer import write_split
+from tracebank.transform.writer import split_table, write_split
 from tracebank.warehouse import schemas
 from tracebank.warehouse.arrowutil import arrow_ints
 from tracebank.warehouse.catalog import DatasetRef
@@ -78,6 +79,8 @@ class TransformResult:
     ref: DatasetRef
     folder: Path
     record: DatasetManifest
+    identical: bool = False
+    """Nothing was written: an existing version has this content hash (see ``--force``)."""
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -85,6 +88,11 @@ class TransformResult:
         return self.record.to_json()
 
     def summary(self) -> str:
+        if self.identical:
+            return (
+                f"identical to {self.ref} (hash {self.record.content_hash[:8]}): nothing written "
+                "(--force writes a new version anyway)"
+            )
         return summary_line(self.manifest)
 
 
@@ -225,24 +233,39 @@ def _build(
         )
 
     sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
+    tables, digests, max_ids = {}, [], []
+    for split, frame in (("train", train), ("validation", validation)):
+        if frame.height == 0:
+            continue
+        tables[split], max_id = split_table(frame, source)
+        digests.append({"split": split, "rows": frame.height, "digest": rows_digest(tables[split])})
+        max_ids.append(max_id)
+    hashed = content_hash(config, sources, digests)
+    same = None if config.force else identical_version(wh, config.name, hashed)
+    if same is not None:
+        folder, existing = same
+        return TransformResult(DatasetRef(config.name, existing.version), folder, existing, identical=True)
     storage = Storage(wh)
     version, folder = storage.reserve_version(config.name)
+    provenance = {
+        "dataset": config.name,
+        "version": version,
+        "content_hash": hashed,
+        "tracebank_version": tracebank_version(),
+        "served_models": served_models(config, chosen) or None,
+    }
     try:
-        files, digests, max_ids = [], [], []
-        for split, frame in (("train", train), ("validation", validation)):
-            if frame.height == 0:
-                continue
-            written = write_split(storage, folder, split, frame, source)
-            files.append(written.entry)
-            digests.append({"split": split, "rows": frame.height, "digest": written.digest})
-            max_ids.append(written.max_token_id)
+        files = []
+        for split, table in tables.items():
+            stamped = with_metadata(table, {**provenance, "split": split})
+            files.append(write_split(storage, folder, split, stamped))
         st = stats({"train": train, "validation": validation}, max_ids)
         manifest = DatasetManifest(
             name=config.name,
             version=version,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             tracebank_version=tracebank_version(),
-            content_hash=content_hash(config, sources, digests),
+            content_hash=hashed,
             params=config.params(),
             sources=sources,
             counts=counts,

@@ -53,6 +53,9 @@ class TransformConfig:
     """trajectory: calls that extend the previous call's prompt + response become one row; tokens in
     between are masked with -100."""
 
+    force: bool = False
+    """Write a new version even when it would be identical (same content hash) to an existing one."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form notes recorded in the manifest (not part of the content hash)."""
 
@@ -81,5 +84,6 @@ class TransformConfig:
         """Every option as the manifest records it (collections sorted)."""
         out = asdict(self)
         out.pop("extra")
+        out.pop("force")  # says whether to write, not what the rows are
         out["collections"] = sorted(self.collections)
         return out

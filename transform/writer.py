@@ -8,13 +8,11 @@ commit protocol, so the file is never read back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
-from tracebank.transform.manifest import rows_digest
 from tracebank.transform.rows import RowTokens
 from tracebank.warehouse import schemas
 from tracebank.warehouse.records import FileEntry
@@ -47,15 +45,6 @@ PARQUET_OPTIONS: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class WrittenSplit:
-    """A committed split file: its manifest entry, content digest and largest input id."""
-
-    entry: FileEntry
-    digest: str
-    max_token_id: int | None
-
-
 def split_table(frame: pl.DataFrame, source: RowTokens) -> tuple[pa.Table, int | None]:
     """The Parquet table of ``frame``'s rows (materialised in its order) and their largest id."""
     input_ids, attention_mask, labels, max_id = source.materialize(frame)
@@ -74,11 +63,8 @@ def encode(table: pa.Table) -> pa.Buffer:
     return encode_parquet(table, **PARQUET_OPTIONS)
 
 
-def write_split(
-    storage: Storage, folder: Path, split: str, frame: pl.DataFrame, source: RowTokens
-) -> WrittenSplit:
-    """Materialise ``frame``'s rows into ``folder/<split>.parquet`` (one file, written atomically)."""
-    table, max_id = split_table(frame, source)
+def write_split(storage: Storage, folder: Path, split: str, table: pa.Table) -> FileEntry:
+    """Write a split's materialised rows to ``folder/<split>.parquet`` (one file, atomically)."""
     entry = storage.write_buffer(folder, f"{split}.parquet", encode(table), table.num_rows, "dataset_rows")
     entry.split = split
-    return WrittenSplit(entry, rows_digest(table), max_id)
+    return entry

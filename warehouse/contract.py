@@ -20,4 +20,4 @@ ANNOTATION_SPAN = "agentlightning.annotation"
 REWARD_PREFIX = "agentlightning.reward"
 
 #: Version of the silver tables' derivation; a cache built by another version is rebuilt.
-SILVER_VERSION = 1
+SILVER_VERSION = 2  # 2: messages gained tool_calls, tool_call_id, tools

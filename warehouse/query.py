@@ -36,25 +36,73 @@ TABLES = (
     "datasets",
     "runs",
     "run_metrics",
+    "rollout_rewards",
 )
+
+#: Epoch-second columns as stored; the views show them as UTC timestamps (ISO in every format).
+TIME_COLUMNS = {
+    "rollouts": ("start_time", "end_time"),
+    "attempts": ("start_time", "end_time", "last_heartbeat_time"),
+    "spans": ("start_time", "end_time"),
+    "llm_calls": ("start_time",),
+    "rewards": ("start_time",),
+}
+
+#: Schema of the helper tables the views need; SHOW TABLES lists only the main schema.
+INTERNAL = "internal"
+
+#: Each rollout's final reward: the last reward (by sequence, then time) of its latest attempt
+#: (NULL when that attempt has none). The key joining it to the other tables is rollout_id.
+ROLLOUT_REWARDS_SQL = """
+CREATE VIEW rollout_rewards AS
+WITH latest AS (
+  SELECT rollout_id, arg_max(attempt_id, sequence_id) AS attempt_id,
+         arg_max(collection_id, sequence_id) AS collection_id
+  FROM attempts GROUP BY rollout_id
+), given AS (
+  SELECT rollout_id, attempt_id, arg_max(value, (sequence_id, start_time)) AS reward, count(*) AS rewards
+  FROM rewards GROUP BY rollout_id, attempt_id
+)
+SELECT l.rollout_id, l.attempt_id, l.collection_id, g.reward, coalesce(g.rewards, 0) AS rewards
+FROM latest l LEFT JOIN given g USING (rollout_id, attempt_id)
+"""
 
 
 def _sql_list(paths: Iterable[Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
+def _select_all(name: str) -> str:
+    """``SELECT *`` with the table's epoch-second columns as timestamps."""
+    times = TIME_COLUMNS.get(name, ())
+    if not times:
+        return "SELECT *"
+    return "SELECT * REPLACE (" + ", ".join(f"to_timestamp({c}) AS {c}" for c in times) + ")"
+
+
 def _view_over_files(con: duckdb.DuckDBPyConnection, name: str, files: list[Path], schema: pa.Schema) -> None:
     if files:
         con.execute(
-            f"CREATE VIEW {name} AS SELECT * FROM read_parquet({_sql_list(files)}, union_by_name = true)"
+            f"CREATE VIEW {name} AS {_select_all(name)} "
+            f"FROM read_parquet({_sql_list(files)}, union_by_name = true)"
         )
     else:
         _view_over_arrow(con, name, schema.empty_table())
 
 
+def _internal_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> str:
+    """Copy ``table`` into the internal schema (small: catalog rows, file lists); its full name."""
+    con.register("_incoming", table)
+    try:
+        con.execute(f"CREATE TABLE {INTERNAL}.{name} AS SELECT * FROM _incoming")
+    finally:
+        con.unregister("_incoming")
+    return f"{INTERNAL}.{name}"
+
+
 def _view_over_arrow(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
-    con.register(f"_{name}_arrow", table)
-    con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_arrow")
+    source = _internal_table(con, name, table)
+    con.execute(f"CREATE VIEW {name} AS {_select_all(name)} FROM {source}")
 
 
 def _files_by_table(
@@ -78,10 +126,10 @@ def _damaged_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, 
     """A view of the table's columns that fails, naming the damaged file, when it is read."""
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     message = f"table {name}: {problems[0]}{more}".replace("'", "''")
-    con.register(f"_{name}_columns", schema.empty_table())
+    columns = _internal_table(con, f"{name}_columns", schema.empty_table())
     con.execute(
         f"CREATE VIEW {name} AS SELECT c.* FROM (SELECT 1 AS one WHERE error('{message}')) t "
-        f"LEFT JOIN _{name}_columns c ON true"
+        f"LEFT JOIN {columns} c ON true"
     )
 
 
@@ -106,11 +154,11 @@ def _dataset_rows_view(con: duckdb.DuckDBPyConnection, wh: Warehouse, check: boo
     if not keys["filename"]:
         _view_over_arrow(con, "dataset_rows", empty.empty_table())
         return []
-    con.register("_dataset_files", pa.table(keys))
+    files = _internal_table(con, "dataset_files", pa.table(keys))
     con.execute(
         "CREATE VIEW dataset_rows AS SELECT f.dataset, f.version, f.split, r.* EXCLUDE (filename) "
         f"FROM read_parquet({_sql_list(keys['filename'])}, filename = true, union_by_name = true) r "
-        "JOIN _dataset_files f USING (filename)"
+        f"JOIN {files} f USING (filename)"
     )
     return keys["filename"]
 
@@ -192,6 +240,8 @@ def connect(wh: Warehouse, check: bool = True) -> duckdb.DuckDBPyConnection:
     """
     wh.check_format()
     con = duckdb.connect(":memory:")
+    con.execute("SET TimeZone = 'UTC'")  # timestamps print the same on every machine
+    con.execute(f"CREATE SCHEMA {INTERNAL}")
     damaged: dict[str, list[str]] = {}
     collections = catalog.collections(wh)
     bronze = _files_by_table(collections, check, damaged)
@@ -209,6 +259,7 @@ def connect(wh: Warehouse, check: bool = True) -> duckdb.DuckDBPyConnection:
     _catalog_view(con, "datasets", [m.to_json() for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)
     _catalog_view(con, "runs", [r.to_json() for _, r in catalog.runs(wh)], RUN_KEYS)
     _run_metrics_view(con, wh)
+    con.execute(ROLLOUT_REWARDS_SQL)
     readable = [str(p) for files in (*bronze.values(), *silver.values()) for p in files] + gold
     lock_down(con, readable)
     return con

@@ -109,6 +109,9 @@ MESSAGES = pa.schema(
         ("message_index", pa.int32()),
         ("role", pa.string()),
         ("content", pa.string()),
+        ("tool_calls", pa.string()),  # JSON, OpenAI format: [{id, type, function: {name, arguments}}]
+        ("tool_call_id", pa.string()),  # on a tool result: the call it answers
+        ("tools", pa.string()),  # JSON, OpenAI format: the request's tool definitions
     ]
 )
 

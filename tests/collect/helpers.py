@@ -159,3 +159,12 @@ def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.
             return True
         time.sleep(interval)
     return False
+
+
+def stored_span_rows(wh: Any) -> list[dict[str, Any]]:
+    """The committed span rows exactly as stored (epoch floats; the SQL views show UTC timestamps)."""
+    from tracebank.warehouse import catalog
+    from tracebank.warehouse.storage import files_of, read_table
+
+    paths = [p for folder, manifest in catalog.collections(wh) for p in files_of(folder, manifest, "spans")]
+    return read_table(paths).to_pylist()

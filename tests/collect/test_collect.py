@@ -18,7 +18,7 @@ from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
 
 from tests.cli_args import cli_args
-from tests.collect.helpers import client, store_spans
+from tests.collect.helpers import client, store_spans, stored_span_rows
 from tests.fixtures.fill import add_attempt, add_rollout
 from tests.fixtures.proxy_spans import SECRET_KEY, random_rollout_spans, reward_span
 from tracebank.cli.main import cli
@@ -95,7 +95,7 @@ def test_default_collects_latest_attempt_of_succeeded_rollouts(filled, wh):
 
 def test_every_span_round_trips_exactly_with_no_redact(filled, wh):
     collect(filled.url, wh, CollectConfig(redact=False, attempts="all", statuses=("succeeded", "failed")))
-    rows = run_sql(wh, "SELECT * FROM spans").to_pylist()
+    rows = stored_span_rows(wh)
     from agentlightning import Span
 
     archived = {r["span_id"]: Span.model_validate(span_dict_from_row(r)) for r in rows}

@@ -16,7 +16,7 @@ from tracebank.warehouse import catalog
 from tracebank.warehouse.query import run_sql
 
 from tests.cli_args import cli_args
-from tests.collect.helpers import ROOT, DroppingProxy, cli_env, fill_random, fill_url
+from tests.collect.helpers import ROOT, DroppingProxy, cli_env, fill_random, fill_url, stored_span_rows
 from tests.fixtures.store_server import free_port, wait_healthy
 from tracebank.cli.main import cli
 
@@ -153,7 +153,7 @@ def test_in_process_store_round_trip(wh):
 
     expected = asyncio.run(everything())
     collect(store, wh, CollectConfig(redact=False))
-    rows = run_sql(wh, "SELECT * FROM spans").to_pylist()
+    rows = stored_span_rows(wh)
     assert {r["span_id"]: Span.model_validate(span_dict_from_row(r)) for r in rows} == expected
 
 

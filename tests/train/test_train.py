@@ -109,6 +109,18 @@ def test_run_record_holds_dataset_hash_losses_and_versions(qa_wh, merged_run):
     assert not list((qa_wh.tmp_dir).glob(f"train-{record.run_id}*"))  # scratch removed
 
 
+def test_the_model_folder_names_its_dataset_version_hash_and_run(qa_wh, merged_run, lora_run):
+    """README.md (model card) and tracebank.json travel with the model, merged or LoRA."""
+    manifest = catalog.resolve_dataset(qa_wh, "qa@v1")[2]
+    for record, out in (merged_run[:2], lora_run):
+        prov = json.loads((out / "tracebank.json").read_text())
+        assert prov["run_id"] == record.run_id and prov["dataset"] == "qa@v1"
+        assert prov["content_hash"] == manifest.content_hash and prov["base_model"] == record.base_model
+        card = (out / "README.md").read_text()
+        assert f"dataset version: `qa@v1` (content hash `{manifest.content_hash}`)" in card
+        assert "More Information Needed" not in card  # PEFT's placeholder card is replaced
+
+
 def test_lora_save_loads_with_peft(lora_run, tiny_model):
     import torch
     from peft import PeftModel
@@ -233,3 +245,26 @@ def test_early_stopping_keeps_the_best_checkpoint(qa_wh, tiny_model, tmp_path):
     assert s["steps"] < 80  # 20 epochs of 4 steps were allowed
     assert s["steps"] - record.best_checkpoint["step"] == 3  # stopped at the first evaluation that got worse
     assert record.best_checkpoint["eval_loss"] == pytest.approx(s["eval_loss_best"])
+
+
+def test_report_to_tensorboard_and_run_metrics_both_written(qa_wh, tiny_model, tmp_path):
+    """--report-to goes through to TRL; the warehouse's run_metrics is written all the same."""
+    config = TrainConfig(
+        dataset="qa@v1",
+        base_model=str(tiny_model),
+        output=str(tmp_path / "model"),
+        max_steps=2,
+        report_to=("tensorboard",),
+        **{**FAST, "epochs": 1},
+    )
+    record = train(qa_wh, config)
+    assert record.status == "succeeded" and record.hyperparameters["report_to"] == ["tensorboard"]
+    folder, _ = catalog.resolve_run(qa_wh, record.run_id)
+    events = list((folder / "tracker-logs").rglob("events.out.tfevents.*"))
+    assert events and all(e.stat().st_size > 0 for e in events)
+    assert [m["step"] for m in _losses(qa_wh, record.run_id) if m["split"] == "train"] == [1, 2]
+
+
+def test_report_to_none_is_refused_with_a_hint():
+    with pytest.raises(Exception, match="--report-to takes tracker names"):
+        TrainConfig(dataset="qa", base_model="m", output="o", report_to=("none",)).validate()

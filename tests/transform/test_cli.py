@@ -43,6 +43,20 @@ def test_transform_prints_one_summary_line(filled, warehouse_position):
     )
 
 
+def test_an_identical_rerun_says_so_and_writes_nothing(filled, warehouse_position):
+    first = _run(warehouse_position, filled, "transform", "--dataset", "sft")
+    h = catalog.dataset_versions(filled, "sft")[0][1].content_hash[:8]
+    again = _run(warehouse_position, filled, "transform", "--dataset", "sft")
+    assert again.exit_code == 0, again.output
+    assert (
+        again.output
+        == f"identical to sft@v1 (hash {h}): nothing written (--force writes a new version anyway)\n"
+    )
+    assert len(catalog.dataset_versions(filled, "sft")) == 1
+    forced = _run(warehouse_position, filled, "transform", "--dataset", "sft", "--force")
+    assert forced.output.startswith("wrote sft@v2: ") and first.output.startswith("wrote sft@v1: ")
+
+
 def test_options_reach_the_manifest(filled, warehouse_position):
     out = _run(
         warehouse_position,
@@ -172,6 +186,7 @@ def test_help_documents_every_option():
         "--dedup",
         "--merge",
         "--rebuild-silver",
+        "--force",
     ):
         assert option in out.output
 

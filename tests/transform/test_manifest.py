@@ -86,13 +86,39 @@ def test_stats_match_the_rows(version):
 
 
 def test_same_inputs_and_params_same_hash(wh, version):
-    again = transform(wh, TransformConfig(name="ds", val_fraction=0.2, seed=4))
+    again = transform(wh, TransformConfig(name="ds", val_fraction=0.2, seed=4, force=True))
     other_name = transform(wh, TransformConfig(name="copy", val_fraction=0.2, seed=4))
     reseeded = transform(wh, TransformConfig(name="ds", val_fraction=0.2, seed=5))
     assert again.ref.version == version.ref.version + 1
     assert again.manifest["content_hash"] == version.manifest["content_hash"]
     assert other_name.manifest["content_hash"] == version.manifest["content_hash"]
     assert reseeded.manifest["content_hash"] != version.manifest["content_hash"]
+
+
+def test_an_identical_transform_writes_nothing_unless_forced(wh, version):
+    before = sorted(p.name for p in wh.dataset_dir("ds").iterdir())
+    same = transform(wh, TransformConfig(name="ds", val_fraction=0.2, seed=4))
+    # The newest version with this hash (an earlier test forced a second one).
+    assert same.identical and same.record.content_hash == version.manifest["content_hash"]
+    assert f"v{same.ref.version:04d}" in before
+    assert same.summary() == (
+        f"identical to {same.ref} (hash {version.manifest['content_hash'][:8]}): nothing written "
+        "(--force writes a new version anyway)"
+    )
+    assert sorted(p.name for p in wh.dataset_dir("ds").iterdir()) == before
+    forced = transform(wh, TransformConfig(name="ds", val_fraction=0.2, seed=4, force=True))
+    assert not forced.identical and f"v{forced.ref.version:04d}" not in before
+
+
+def test_split_files_carry_their_provenance(version):
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(version.folder / "train.parquet").metadata
+    fields = {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"tracebank.")}
+    assert fields["tracebank.dataset"] == "ds" and fields["tracebank.version"] == str(version.ref.version)
+    assert fields["tracebank.split"] == "train"
+    assert fields["tracebank.content_hash"] == version.manifest["content_hash"]
+    assert "tracebank.tracebank_version" in fields
 
 
 def test_loads_with_hugging_face_datasets(version):
@@ -141,11 +167,11 @@ def test_a_failed_write_leaves_no_version(wh, monkeypatch):
     real = builder.write_split
     calls = []
 
-    def failing(storage, folder, split, frame, source):
+    def failing(storage, folder, split, table):
         calls.append(split)
         if split == "validation":
             raise OSError("disk full")
-        return real(storage, folder, split, frame, source)
+        return real(storage, folder, split, table)
 
     monkeypatch.setattr(builder, "write_split", failing)
     before = catalog.dataset_versions(wh, "ds")

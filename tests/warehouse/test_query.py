@@ -72,3 +72,36 @@ def test_syntax_error_is_one_line(wh):
     with pytest.raises(QueryError) as err:
         run_sql(wh, "SELEKT 1")
     assert "\n" not in err.value.one_line()
+
+
+def test_times_are_utc_timestamps_and_internal_tables_are_hidden(wh):
+    from tests.fixtures.bronze import commit_collection
+    from tests.fixtures.proxy_spans import reward_span
+
+    commit_collection(wh, [reward_span("ro-1", "at-1", 1, 0.5, 1_700_000_000.5)])
+    shown = {r["name"] for r in run_sql(wh, "SHOW TABLES").to_pylist()}
+    assert shown == set(TABLES)  # no `_..._arrow` registrations, no helper tables
+    (row,) = run_sql(wh, "SELECT CAST(start_time AS VARCHAR) AS t FROM spans").to_pylist()
+    assert row == {"t": "2023-11-14 22:13:20.5+00"}
+
+
+def test_rollout_rewards_is_the_last_reward_of_the_latest_attempt(wh):
+    from tracebank.collect import build_silver
+
+    from tests.fixtures.bronze import commit_collection
+    from tests.fixtures.proxy_spans import reward_span
+
+    spans = [
+        reward_span("ro-1", "at-1", 1, 0.1, 1.0),  # first attempt, superseded
+        reward_span("ro-1", "at-2", 1, 0.4, 2.0),
+        reward_span("ro-1", "at-2", 2, 0.7, 3.0),  # the latest attempt's last reward
+        reward_span("ro-2", "at-3", 1, 0.2, 4.0),
+    ]
+    commit_collection(wh, spans)
+    build_silver(wh)
+    sql = "SELECT rollout_id, attempt_id, reward, rewards FROM rollout_rewards ORDER BY rollout_id"
+    rows = run_sql(wh, sql)
+    assert rows.to_pylist() == [
+        {"rollout_id": "ro-1", "attempt_id": "at-2", "reward": 0.7, "rewards": 2},
+        {"rollout_id": "ro-2", "attempt_id": "at-3", "reward": 0.2, "rewards": 1},
+    ]

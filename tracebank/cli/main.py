@@ -81,7 +81,8 @@ def _register() -> None:
     from tracebank.cli import sql_cmd
 
     cli.add_command(sql_cmd.sql)
-    for module_name in ("collect_cmd", "transform_cmd", "train_cmd", "demo_cmd", "gc_cmd", "verify_cmd"):
+    commands = ("collect_cmd", "transform_cmd", "train_cmd", "demo_cmd", "gc_cmd", "verify_cmd", "view_cmd")
+    for module_name in commands:
         try:
             module = __import__(f"tracebank.cli.{module_name}", fromlist=["COMMANDS"])
         except ModuleNotFoundError as exc:

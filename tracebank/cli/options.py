@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-FORMATS = ("table", "csv", "json", "jsonl")
+FORMATS = ("table", "vertical", "csv", "json", "jsonl")
 _WAREHOUSE_KEY = "tracebank.warehouse"
 _WAREHOUSE_HELP = "Warehouse folder (default: $TRACEBANK_WAREHOUSE, else ./warehouse)."
 
@@ -57,14 +57,17 @@ def pass_warehouse(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--format table|csv|json|jsonl`` of every command that prints rows."""
+    """``--format table|vertical|csv|json|jsonl`` of every command that prints rows."""
     return click.option(
         "--format",
         "fmt",
         type=click.Choice(FORMATS),
         default="table",
         show_default=True,
-        help="table: aligned text; csv; json: one JSON array; jsonl: one JSON object a line.",
+        help=(
+            "table: aligned text; vertical: one 'column | value' line per field; csv; "
+            "json: one JSON array; jsonl: one JSON object a line."
+        ),
     )(f)
 
 

@@ -1,17 +1,21 @@
-"""Rendering Arrow tables for the terminal: table, csv, json (one document) or jsonl.
+"""Rendering Arrow tables for the terminal: table, vertical, csv, json (one document) or jsonl.
 
-Only the ``table`` format shortens long cells; machine formats carry every value whole.
+Only the ``table`` and ``vertical`` layouts shorten long values (and say so); machine
+formats carry every value whole, timestamps as ISO 8601.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 from typing import Any
 
 import click
 import pyarrow as pa
+
+from tracebank.cli.readable import Limits, table_text, vertical_text
 
 
 def _cell(value: Any) -> str:
@@ -35,32 +39,52 @@ def _table(table: pa.Table, rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, list | dict):
+        return json.dumps(value, default=_json_default)
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    return value
+
+
 def _csv(table: pa.Table, rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(table.column_names)
     for r in rows:
-        writer.writerow([json.dumps(v) if isinstance(v, list | dict) else v for v in r.values()])
+        writer.writerow([_csv_value(v) for v in r.values()])
     return buf.getvalue().rstrip("\n")
 
 
-def render(table: pa.Table, fmt: str = "table") -> str:
-    """``table`` as an aligned text table, CSV, one JSON array (a row a line) or JSON lines.
+def _json_default(value: Any) -> str:
+    """Timestamps as ISO 8601 (the one time format), anything else JSON lacks as its text."""
+    return value.isoformat() if isinstance(value, dt.datetime | dt.date) else str(value)
 
+
+def render(table: pa.Table, fmt: str = "table", limits: Limits | None = None) -> str:
+    """``table`` as an aligned text table, one ``column | value`` block per row (vertical), CSV,
+    one JSON array (a row a line) or JSON lines.
+
+    With ``limits`` the table and vertical layouts show at most that many rows and cut long
+    values, saying so (``tracebank sql``); machine formats always carry every value whole.
     An empty result is ``""`` in ``jsonl`` and ``[]`` in ``json`` (still one document).
     """
+    if fmt == "vertical":
+        return vertical_text(table, limits or Limits(max_rows=0, max_width=0))
+    if fmt == "table" and limits is not None:
+        return table_text(table, limits)
     rows = table.to_pylist()
     if fmt == "jsonl":
-        return "\n".join(json.dumps(r, default=str) for r in rows)
+        return "\n".join(json.dumps(r, default=_json_default) for r in rows)
     if fmt == "json":
-        return "[" + ",\n ".join(json.dumps(r, default=str) for r in rows) + "]"
+        return "[" + ",\n ".join(json.dumps(r, default=_json_default) for r in rows) + "]"
     if fmt == "csv":
         return _csv(table, rows)
     return _table(table, rows)
 
 
-def echo_rows(table: pa.Table, fmt: str = "table") -> None:
-    """Print ``render(table, fmt)``; nothing at all (not a blank line) when it is empty."""
-    text = render(table, fmt)
+def echo_rows(table: pa.Table, fmt: str = "table", limits: Limits | None = None) -> None:
+    """Print ``render(table, fmt, limits)``; nothing at all (not a blank line) when it is empty."""
+    text = render(table, fmt, limits)
     if text:
         click.echo(text)

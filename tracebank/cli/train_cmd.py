@@ -65,6 +65,7 @@ def _train_option(name: str, *flags: str, **extra: Any) -> Any:
 @_train_option("eval_steps")
 @_train_option("early_stopping_patience")
 @_train_option("logging_steps")
+@_train_option("report_to", multiple=True, metavar="NAME", default=())
 @_train_option("timeout")
 @_train_option("seed")
 @click.option("--quiet", is_flag=True, help="No progress on stderr; only the summary line.")

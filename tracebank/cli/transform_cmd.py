@@ -37,6 +37,7 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
     is_flag=True,
     help="Rebuild the silver tables of every chosen collection even if cached.",
 )
+@config_option(TransformConfig, "force")
 @pass_warehouse
 def transform(
     wh: Any, name: str | None, collections: tuple[str, ...], rebuild_silver: bool, **options: Any

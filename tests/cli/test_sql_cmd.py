@@ -1,0 +1,92 @@
+"""`tracebank sql`: readable tables that say what they cut, vertical rows, ISO times, --param,
+statements from a file or stdin, internal tables hidden; machine formats complete."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from tracebank.warehouse.query import TABLES
+
+from tests.fixtures.bronze import commit_collection
+from tests.fixtures.proxy_spans import plain_span
+from tracebank.cli.main import cli
+
+LONG = "x" * 100 + "\nsecond line"
+
+
+@pytest.fixture
+def filled(wh):
+    spans = [
+        plain_span(
+            f"ro-{i}", f"at-{i}", 1, "note", {"text": LONG if i == 0 else f"n{i}"}, 1_700_000_000.0 + i
+        )
+        for i in range(3)
+    ]
+    commit_collection(wh, spans)
+    return wh
+
+
+def _sql(wh, *args, **kw):
+    return CliRunner().invoke(cli, ["sql", "-w", str(wh.root), *args], **kw)
+
+
+def test_show_tables_lists_the_warehouse_tables_only(wh):
+    out = _sql(wh, "SHOW TABLES", "--format", "jsonl")
+    assert out.exit_code == 0, out.output
+    assert sorted(json.loads(line)["name"] for line in out.stdout.splitlines()) == sorted(TABLES)
+
+
+def test_table_caps_rows_and_widths_and_says_so(filled):
+    sql = "SELECT rollout_id, attributes ->> 'text' AS text, start_time FROM spans ORDER BY 1"
+    out = _sql(filled, sql, "--max-rows", "2", "--max-width", "12")
+    assert out.exit_code == 0, out.output
+    assert out.stdout == (
+        "rollout_id  text          start_time\n"
+        "----------  ------------  -------------------------\n"
+        "ro-0        xxxxxxxxxxx…  2023-11-14T22:13:20+00:00\n"
+        "ro-1        n1            2023-11-14T22:13:21+00:00\n"
+        "(3 rows; showing the first 2 (--max-rows 0 shows all); 1 value cut to 12 characters "
+        "(--max-width 0, --format vertical or --format json shows them whole))\n"
+    )
+
+
+def test_machine_formats_are_complete_with_iso_times(filled):
+    sql = (
+        "SELECT json_extract_string(attributes, '$.text') AS text, start_time FROM spans ORDER BY start_time"
+    )
+    out = _sql(filled, sql, "--format", "jsonl", "--max-rows", "1")
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert rows[0] == {"text": LONG, "start_time": "2023-11-14T22:13:20+00:00"}
+    assert len(rows) == 3
+    csv = _sql(filled, sql, "--format", "csv")
+    assert csv.stdout.splitlines()[0] == "text,start_time"
+    assert "2023-11-14T22:13:22+00:00" in csv.stdout
+
+
+def test_vertical_shows_one_field_a_line_with_newlines_kept(filled):
+    sql = "SELECT rollout_id, attributes ->> 'text' AS text FROM spans WHERE rollout_id = 'ro-0'"
+    out = _sql(filled, sql, "--format", "vertical")
+    assert out.stdout == (
+        "-[ row 1 ]-----------------\n"
+        "rollout_id | ro-0\n"
+        f"text       | {'x' * 100}\n"
+        "           | second line\n"
+        "(1 row)\n"
+    )
+
+
+def test_params_file_and_stdin(filled, tmp_path):
+    query = tmp_path / "q.sql"
+    query.write_text("SELECT rollout_id FROM spans WHERE rollout_id = $rid")
+    out = _sql(filled, "-f", str(query), "-p", "rid=ro-2", "--format", "jsonl")
+    assert out.stdout == '{"rollout_id": "ro-2"}\n'
+    piped = _sql(filled, "-p", "n=1", "--format", "jsonl", input="SELECT count(*) > $n AS more FROM spans")
+    assert piped.stdout == '{"more": true}\n'
+
+
+def test_a_bad_param_is_one_line(filled):
+    out = _sql(filled, "SELECT 1", "-p", "oops")
+    assert out.exit_code == 2
+    assert out.output == "Error: invalid --param 'oops' (use NAME=VALUE and $NAME in the statement)\n"

@@ -1,0 +1,40 @@
+"""The model folder carries its provenance: README.md (model card) and tracebank.json."""
+
+from __future__ import annotations
+
+import json
+
+from tracebank.train.model_card import write_model_card
+
+RECORD = {
+    "run_id": "20261130-120000-qa-abcd",
+    "dataset": "qa@v3",
+    "content_hash": "f" * 64,
+    "base_model": "/models/base",
+    "backend": "trl",
+    "save": "merged_16bit",
+    "started_at": "2026-11-30T12:00:00+00:00",
+    "hyperparameters": {"learning_rate": 0.0002, "lora_r": 32},
+    "data": {"rows": 12, "tokens": 640},
+    "libraries": {"trl": "1.15.0"},
+    "status": "running",
+}
+
+
+def test_card_and_json_name_the_dataset_version_hash_run_and_base_model(tmp_path):
+    write_model_card(tmp_path, RECORD)
+    prov = json.loads((tmp_path / "tracebank.json").read_text())
+    assert prov["dataset"] == "qa@v3" and prov["content_hash"] == "f" * 64
+    assert prov["run_id"] == "20261130-120000-qa-abcd" and prov["base_model"] == "/models/base"
+    assert prov["hyperparameters"] == {"learning_rate": 0.0002, "lora_r": 32}
+    card = (tmp_path / "README.md").read_text()
+    assert card.startswith('---\nbase_model: "/models/base"\nlibrary_name: transformers\n')
+    assert "dataset version: `qa@v3` (content hash `" + "f" * 64 + "`)" in card
+    assert "| `lora_r` | `32` |" in card
+
+
+def test_a_placeholder_card_is_replaced(tmp_path):
+    (tmp_path / "README.md").write_text("## Model Details\n[More Information Needed]\n")
+    write_model_card(tmp_path, RECORD)
+    assert "More Information Needed" not in (tmp_path / "README.md").read_text()
+    assert json.loads((tmp_path / "tracebank.json").read_text())["run_id"] == RECORD["run_id"]

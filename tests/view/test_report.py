@@ -1,0 +1,68 @@
+"""`tracebank report` without a browser: what it covers, what it embeds, and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from click.testing import CliRunner
+from tracebank.view.report_data import drop_reasons
+
+from tracebank.cli.main import cli
+
+
+def _report(wh_root, *args):
+    return CliRunner().invoke(cli, ["--warehouse", str(wh_root), "report", *args])
+
+
+def _embedded(path) -> dict:
+    match = re.search(
+        r'<script type="application/json" id="report-data">(.*?)</script>', path.read_text(), re.S
+    )
+    assert match
+    return json.loads(match.group(1).replace("<\\/", "</"))
+
+
+def test_a_dataset_report_covers_that_version_and_its_collections(view_wh, tmp_path):
+    out = tmp_path / "qa.html"
+    result = _report(view_wh.wh.root, "-o", str(out), "--dataset", "qa@v1", "--conversations", "3")
+    assert result.exit_code == 0, result.output
+    assert re.fullmatch(
+        rf"wrote {re.escape(str(out))} \(\d+\.\d MB\): 1 collections, 1 dataset versions, 0 runs\n",
+        result.output,
+    )
+    data = _embedded(out)
+    assert [c["collection_id"] for c in data["collections"]] == [view_wh.qa_collection]
+    (ds,) = data["datasets"]
+    assert ds["ref"] == "qa@v1" and ds["rows"] == 16 and ds["sources"] == [view_wh.qa_collection]
+    assert len(ds["row_rewards"]) == 12  # the train split
+    assert ds["cut"] == min(ds["row_rewards"])
+    # Best and worst rows by reward, best first; no tokenizer (no run), so no token view.
+    rewards = [c["reward"] for c in ds["conversations"]]
+    assert len(rewards) == 3 and rewards[0] == 1.0 and rewards[-1] == 0.5
+    assert all(c["token_runs"] == [] for c in ds["conversations"])
+    assert data["tokenizer"] is None
+
+
+def test_the_page_holds_no_reference_to_the_network(view_wh, tmp_path):
+    out = tmp_path / "all.html"
+    assert _report(view_wh.wh.root, "-o", str(out)).exit_code == 0
+    page = out.read_text()
+    assert "<script src" not in page and "<link " not in page
+    assert page.count("<script") == 3  # plotly.js, the data, the page script
+    assert "Plotly.newPlot" in page
+
+
+def test_an_empty_warehouse_has_nothing_to_report(wh, tmp_path):
+    result = _report(wh.root, "-o", str(tmp_path / "r.html"))
+    assert result.exit_code == 1
+    assert (
+        result.output
+        == f"Error: nothing to report in {wh.root} (collect, transform or train something first)\n"
+    )
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_drop_reasons_name_rejected_calls_and_each_filter():
+    manifest = {"counts": {"rejected": {"empty response": 2}, "unrewarded": 3, "not_selected": 4, "calls": 9}}
+    assert drop_reasons(manifest) == {"rejected: empty response": 2, "unrewarded": 3, "not_selected": 4}

@@ -1,0 +1,90 @@
+"""Provenance inside the model folder: a model card (README.md) and tracebank.json.
+
+A model folder copied to another machine or pushed to a hub still says which dataset
+version (and content hash) it was trained on, by which run, from which base model, with
+which settings. Written into the staging folder, so it is published with the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+PROVENANCE_FILE = "tracebank.json"
+CARD_FILE = "README.md"
+_KEYS = (
+    "run_id",
+    "dataset",
+    "content_hash",
+    "base_model",
+    "backend",
+    "save",
+    "started_at",
+    "hyperparameters",
+)
+
+
+def provenance(record: Any) -> dict[str, Any]:
+    """The small JSON document: where the model came from (a run record or its dict)."""
+    is_record = dataclasses.is_dataclass(record) and not isinstance(record, type)
+    doc = dataclasses.asdict(record) if is_record else dict(record)
+    out = {k: doc.get(k) for k in _KEYS}
+    out["data"] = doc.get("data") or {}
+    out["libraries"] = doc.get("libraries") or {}
+    return out
+
+
+def _yaml_str(value: Any) -> str:
+    return json.dumps("" if value is None else str(value))  # a JSON string is a valid YAML scalar
+
+
+def model_card(prov: dict[str, Any]) -> str:
+    """README.md text: YAML front matter (as model hubs read it) and a short human summary."""
+    settings = "\n".join(
+        f"| `{k}` | `{json.dumps(v)}` |" for k, v in sorted((prov.get("hyperparameters") or {}).items())
+    )
+    data = prov.get("data") or {}
+    rows = ", ".join(f"{k}: {v}" for k, v in sorted(data.items()) if isinstance(v, int | float | str))
+    return f"""---
+base_model: {_yaml_str(prov.get("base_model"))}
+library_name: transformers
+tags:
+- tracebank
+- sft
+- agent-lightning
+---
+# Fine-tuned by tracebank run `{prov.get("run_id")}`
+
+- dataset version: `{prov.get("dataset")}` (content hash `{prov.get("content_hash")}`)
+- base model: `{prov.get("base_model")}`
+- backend: {prov.get("backend")}, saved as {prov.get("save")}, started {prov.get("started_at")}
+- data: {rows or "n/a"}
+
+Reproduce the data with `tracebank export {prov.get("dataset")}`; the run's losses are in
+`tracebank runs show {prov.get("run_id")}`. The same facts, machine-readable, are in `{PROVENANCE_FILE}`.
+
+| setting | value |
+| --- | --- |
+{settings}
+"""
+
+
+def write_model_card(folder: Path, record: Any) -> dict[str, Any]:
+    """Write README.md and tracebank.json into ``folder``.
+
+    PEFT's ``save_pretrained`` leaves a placeholder card ("More Information Needed");
+    it is replaced.
+    """
+    prov = provenance(record)
+    _write_text(folder / PROVENANCE_FILE, json.dumps(prov, indent=2, sort_keys=True, default=str) + "\n")
+    _write_text(folder / CARD_FILE, model_card(prov))
+    return prov
+
+
+def _write_text(path: Path, text: str) -> None:
+    # The model folder is still the unpublished staging folder: a rename is enough.
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

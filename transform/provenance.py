@@ -1,0 +1,47 @@
+"""Provenance written into each dataset file, and the check that skips an identical rebuild.
+
+A split file copied out of the warehouse still says what it is: Parquet key-value
+metadata names the dataset, version, split, content hash, the tracebank version and,
+when the collections recorded it, the model that served the calls (whose tokenizer made
+the ids). ``pyarrow.parquet.read_schema(path).metadata`` or DuckDB's
+``parquet_kv_metadata(path)`` read it back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from tracebank.transform.config import TransformConfig
+from tracebank.warehouse import catalog
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.records import CollectionManifest, DatasetManifest
+
+PREFIX = "tracebank."
+
+
+def served_models(config: TransformConfig, chosen: list[tuple[str, CollectionManifest]]) -> list[str]:
+    """The models that answered the source rounds' calls, as the round recorded them (if it did)."""
+    rounds = [m.extra.get("round") or {} for _, m in chosen] + [config.extra.get("round") or {}]
+    return sorted({str(r["model"]) for r in rounds if isinstance(r, dict) and r.get("model")})
+
+
+def with_metadata(table: pa.Table, fields: dict[str, Any]) -> pa.Table:
+    """``table`` whose schema carries ``fields`` as ``tracebank.*`` key-value metadata."""
+    meta = dict(table.schema.metadata or {})
+    for key, value in fields.items():
+        if value is None:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        meta[(PREFIX + key).encode()] = text.encode()
+    return table.replace_schema_metadata(meta)
+
+
+def identical_version(wh: Warehouse, name: str, content_hash: str) -> tuple[Path, DatasetManifest] | None:
+    """The newest committed version of ``name`` with this content hash, if there is one."""
+    for folder, manifest in reversed(catalog.dataset_versions(wh, name)):
+        if manifest.content_hash == content_hash:
+            return folder, manifest
+    return None

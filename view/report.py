@@ -1,0 +1,59 @@
+"""`report`: one self-contained HTML file about a warehouse, datasets, collections or runs."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracebank.view.config import ReportConfig
+from tracebank.view.report_data import gather
+from tracebank.view.report_html import page
+from tracebank.view.tokenizer import load_tokenizer
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import connect
+
+
+@dataclass
+class ReportResult:
+    output: Path
+    bytes: int
+    collections: int
+    datasets: int
+    runs: int
+
+    def summary(self) -> str:
+        return (
+            f"wrote {self.output} ({self.bytes / 1e6:.1f} MB): {self.collections} collections, "
+            f"{self.datasets} dataset versions, {self.runs} runs"
+        )
+
+
+def plotly_js() -> str:
+    """plotly's own minified bundle, shipped inside the plotly package (no network)."""
+    from plotly.offline import get_plotlyjs
+
+    return str(get_plotlyjs())
+
+
+def report(wh: Warehouse, config: ReportConfig) -> ReportResult:
+    """Write the report ``config`` asks for; see the module docstring."""
+    con = connect(wh)
+    try:
+        data = gather(wh, con, config, load_tokenizer)
+    finally:
+        con.close()
+    text = page(data, plotly_js())
+    out = config.output
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return ReportResult(
+        out, out.stat().st_size, len(data["collections"]), len(data["datasets"]), len(data["runs"])
+    )

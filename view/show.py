@@ -1,0 +1,43 @@
+"""`show`: rollouts and dataset rows as conversations in the terminal."""
+
+from __future__ import annotations
+
+import duckdb
+from tracebank.view.config import ShowConfig
+from tracebank.view.conversation import iter_rows, load_conversation, ranked_rollouts, version_rows
+from tracebank.view.errors import NothingToShowError
+from tracebank.view.text import conversation_text, dataset_row_text
+from tracebank.view.tokenizer import load_tokenizer
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import connect
+
+
+def show(wh: Warehouse, config: ShowConfig) -> str:
+    """The text `tracebank show` prints for ``config``."""
+    config.validate()
+    con = connect(wh)
+    try:
+        if config.dataset:
+            return _show_row(wh, con, config)
+        if config.rollout_id is not None:
+            ids = [config.rollout_id]
+        else:
+            ids = ranked_rollouts(con, config.best or config.worst, best=config.best > 0)
+        texts = [conversation_text(load_conversation(con, rid), config.max_chars) for rid in ids]
+        return "\n\n".join(texts)
+    finally:
+        con.close()
+
+
+def _show_row(wh: Warehouse, con: duckdb.DuckDBPyConnection, config: ShowConfig) -> str:
+    assert config.dataset is not None
+    rows = version_rows(wh, config.dataset)
+    row = next((r for r in iter_rows(con, rows) if r.index == config.row), None)
+    if row is None:
+        n = int(rows.manifest.get("rows") or 0)
+        raise NothingToShowError(f"{rows.ref} has {n} rows; no row {config.row}", f"use --row 0..{n - 1}")
+    decode = None
+    if config.tokenizer:
+        tok = load_tokenizer(config.tokenizer)
+        decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
+    return dataset_row_text(row, config.max_chars, decode)
