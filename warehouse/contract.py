@@ -20,4 +20,4 @@ ANNOTATION_SPAN = "agentlightning.annotation"
 REWARD_PREFIX = "agentlightning.reward"
 
 #: Version of the silver tables' derivation; a cache built by another version is rebuilt.
-SILVER_VERSION = 1
+SILVER_VERSION = 2  # 2: Agent Lightning 1.0 columns (model_version, logprobs, ...) and 1.0 collections
