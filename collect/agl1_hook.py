@@ -173,7 +173,7 @@ class BackgroundSync:
                     fsync_path(path)
                 for folder in {path.parent for path in batch}:
                     fsync_path(folder)
-            except OSError:
+            except (OSError, ValueError):  # unreachable, or not JSON: keep the record alone
                 pass  # the entry is still complete in the page cache; only OS-crash safety is lost
             finally:
                 for _ in batch:
@@ -249,6 +249,6 @@ class TracebankSpoolHooks(_rollout_hooks_base()):  # type: ignore[misc]
                     fetch_events(self.server_url, record["rollout_id"], self.key), attempt
                 )
                 complete = True
-            except OSError:
+            except (OSError, ValueError):  # unreachable, or not JSON: keep the record alone
                 pass
         self._spool(spool_entry(record, events, "hook", events_complete=complete))

@@ -33,7 +33,7 @@ def test_spool_to_dataset_through_the_cli(agl1_round, wh, tmp_path):
     )
 
     out = run.invoke(
-        cli, [*base, "transform", "--name", "agl1", "--rules", "agl1", "--agl1-level", "transition"]
+        cli, [*base, "transform", "--dataset", "agl1", "--rules", "agl1", "--agl1-level", "transition"]
     )
     assert out.exit_code == 0, out.output
     assert re.fullmatch(
@@ -42,7 +42,7 @@ def test_spool_to_dataset_through_the_cli(agl1_round, wh, tmp_path):
     )
     (m,) = run_sql(wh, "SELECT rows, params FROM datasets").to_pylist()
     assert '"rules": "agl1"' in m["params"] and '"level": "transition"' in m["params"]
-    recipe = run.invoke(cli, [*base, "transform", "--name", "recipe"])
+    recipe = run.invoke(cli, [*base, "transform", "--dataset", "recipe"])
     assert recipe.exit_code == 0 and recipe.stdout.startswith("wrote recipe@v1: ")
 
 
@@ -56,7 +56,9 @@ def test_bad_flag_combinations_are_one_line_errors(wh, tmp_path):
     )
     missing = run.invoke(cli, [*base, "collect", "--spool", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "does not exist" in missing.stderr and missing.stderr.count("\n") == 1
-    mixed = run.invoke(cli, [*base, "transform", "--name", "d", "--rules", "agl1", "--top-fraction", "0.5"])
+    mixed = run.invoke(
+        cli, [*base, "transform", "--dataset", "d", "--rules", "agl1", "--top-fraction", "0.5"]
+    )
     assert mixed.exit_code == 2 and mixed.stderr == (
         "Error: --rules agl1 reproduces RolloutAdapter's rows; --top-fraction would change them "
         "(use the --agl1-* limits, or drop --rules agl1)\n"
