@@ -49,11 +49,8 @@ def test_spool_to_dataset_through_the_cli(agl1_round, wh, tmp_path):
 def test_bad_flag_combinations_are_one_line_errors(wh, tmp_path):
     run = CliRunner()
     base = ["--warehouse", str(wh.root)]
-    neither = run.invoke(cli, [*base, "collect"])
-    assert (
-        neither.exit_code == 2
-        and neither.stderr == "Error: give exactly one of --store URL and --spool DIR\n"
-    )
+    both = run.invoke(cli, [*base, "collect", "--store", "http://127.0.0.1:1", "--spool", str(tmp_path)])
+    assert both.exit_code == 2 and both.stderr == "Error: give only one of --store URL and --spool DIR\n"
     missing = run.invoke(cli, [*base, "collect", "--spool", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "does not exist" in missing.stderr and missing.stderr.count("\n") == 1
     mixed = run.invoke(

@@ -190,8 +190,10 @@ def collect(
         raise CollectUsageError("--collection works only with --rebuild-silver")
     if tag is not None and (not tag.strip() or "\n" in tag or len(tag) > 100):
         raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
-    if (store_url is None) == (spool is None):
-        raise CollectUsageError("give exactly one of --store URL and --spool DIR")
+    if store_url is None and spool is None:
+        raise click.UsageError("Missing option '--store'. (Or --spool DIR: an Agent Lightning 1.0 spool.)")
+    if store_url is not None and spool is not None:
+        raise CollectUsageError("give only one of --store URL and --spool DIR")
     if spool is None and source == "auto":
         source = detect_source(store_url or "", agl_key)
     agl1 = spool is not None or source == "agl1"
