@@ -11,10 +11,10 @@ PACKAGES := tracebank warehouse collect transform train serve loop view
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install vllm-env demo test lint bench clean
+.PHONY: help install vllm-env agl1-env demo test lint bench clean
 
 help:  ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,10 +30,13 @@ install: $(STAMP)  ## Create .venv and install tracebank with the CPU torch pin
 vllm-env: $(STAMP)  ## Build (once, minutes) or find the vLLM environment --server vllm runs
 	$(PY) -m tracebank.serve.vllm_env
 
+agl1-env: $(STAMP)  ## Build (or find) the cached Python 3.12 env with agentlightning 1.0 (tests build it too)
+	$(PY) -m tracebank.collect.agl1_env
+
 demo: $(STAMP)  ## Run the whole loop locally: store, proxy, agent, collect, transform, train
 	$(VENV)/bin/tracebank --warehouse demo-warehouse demo
 
-test: $(STAMP) vllm-env  ## Run the test suite (the real-vLLM tests need the vLLM environment)
+test: $(STAMP) vllm-env agl1-env  ## Run the test suite (the real-vLLM and Agent Lightning 1.0 tests need their environments)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)  ## ruff check, ruff format --check, then mypy on the packages

@@ -72,8 +72,9 @@ class CollectResult:
         """The one line the CLI prints at the end."""
         c = self.counts
         head = f"collected {self.collection_id}" if self.committed else "nothing new"
+        records = f"{c['events']} events" if "events" in c else f"{c['spans']} spans"  # 1.0 | 0.3
         return (
-            f"{head}: {c['rollouts']} new rollouts, {c['spans']} spans, {c['skipped']} skipped, "
+            f"{head}: {c['rollouts']} new rollouts, {records}, {c['skipped']} skipped, "
             f"{c['evicted']} evicted in {self.seconds['total']:.1f}s"
         )
 

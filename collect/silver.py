@@ -23,6 +23,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from tracebank.collect import rewards as reward_rules
+from tracebank.collect.agl1_silver import silver_from_events
 from tracebank.collect.errors import UnknownCollectionError
 from tracebank.collect.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
 from tracebank.warehouse import schemas
@@ -36,7 +37,7 @@ from tracebank.warehouse.contract import (
 )
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.records import FileEntry, SilverManifest
-from tracebank.warehouse.storage import Storage, files_of, parquet_scan_sql
+from tracebank.warehouse.storage import Storage, files_of, parquet_scan_sql, read_table
 
 SPAN_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "span_id", "name", "start_time", "attributes"]
 
@@ -350,7 +351,7 @@ def extract_rewards(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Ta
     schema = pa.schema(list(schemas.REWARDS) + list(REWARD_EXTRA))
     # Through Polars: Table.from_pylist would import pandas.
     columns = {
-        f.name: pl.Series(f.name, [r[f.name] for r in rows], dtype=_POLARS_TYPES[f.type]).to_arrow()
+        f.name: pl.Series(f.name, [r.get(f.name) for r in rows], dtype=_POLARS_TYPES[f.type]).to_arrow()
         for f in schema
     }
     return pa.table(columns).cast(schema)
@@ -366,6 +367,16 @@ def extract_messages(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.T
 def silver_tables(wh: Warehouse, collection_id: str) -> dict[str, pa.Table]:
     """Compute (without writing) the three silver tables of one collection."""
     files = span_files(wh, collection_id)
+    folder = wh.collection_dir(collection_id)
+    manifest = Storage(wh).collection(collection_id)
+    events = files_of(folder, manifest, "events") if manifest is not None else []
+    if events:  # an Agent Lightning 1.0 collection: events, not spans
+        rollouts = files_of(folder, manifest, "rollouts") if manifest is not None else []
+        return silver_from_events(
+            read_table(events, schema=schemas.EVENTS),
+            read_table(rollouts, ["rollout_id", "input", "mode"]),
+            collection_id,
+        )
     con = duckdb.connect(":memory:")
     try:
         register_spans(con, files)

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real `agl store` server and its client."""
+"""Shared fixtures: a real `agl store` server and its client; Agent Lightning 1.0 ones (agl1_*)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import pytest  # noqa: E402
 from tracebank.warehouse.layout import Warehouse  # noqa: E402
 
+from tests.fixtures.agl1_server import agl1_env, agl1_model_server, agl1_round, agl1_server  # noqa: E402, F401
 from tests.fixtures.store_server import agl_store_server  # noqa: E402
 
 

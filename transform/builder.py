@@ -190,6 +190,11 @@ def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
     wh.check_format()
     config.validate()
     chosen = choose_collections(wh, config.collections)
+    if config.rules == "agl1":
+        from tracebank.transform.agl1_build import build_agl1_version
+
+        version, folder, manifest = build_agl1_version(wh, config, chosen)
+        return TransformResult(DatasetRef(config.name, version), folder, manifest)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="transform-io") as pool:
         calls, tokens, rewards, attempts, rollouts, silver_counts = load_inputs(wh, chosen, pool)
         return _build(wh, config, chosen, calls, tokens, rewards, attempts, rollouts, silver_counts)

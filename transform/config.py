@@ -6,11 +6,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tracebank.transform.agl1_rows import Agl1Limits
 from tracebank.transform.errors import TransformUsageError
 from tracebank.warehouse.layout import validate_name
 
 SELECT_BY = ("triplet", "rollout")
 MERGE = ("none", "trajectory")
+RULES = ("recipe", "agl1")
+LEVELS = ("trajectory", "transition")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,13 @@ class TransformConfig:
     force: bool = False
     """Write a new version even when it would be identical (same content hash) to an existing one."""
 
+    rules: str = "recipe"
+    """recipe: the 0.3 Unsloth recipe's rows (the options above apply); agl1: exactly the rows Agent
+    Lightning 1.0's RolloutAdapter builds (with the --agl1-* limits; selection options stay default)."""
+
+    agl1: Agl1Limits = field(default_factory=Agl1Limits)
+    """RolloutAdapter's level and length limits, used with rules agl1."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form notes recorded in the manifest (not part of the content hash)."""
 
@@ -78,12 +88,41 @@ class TransformConfig:
             raise TransformUsageError(f"--max-length must be at least 1, got {self.max_length}")
         if self.min_reward is not None and not math.isfinite(self.min_reward):
             raise TransformUsageError(f"--min-reward must be a finite number, got {self.min_reward}")
+        if self.rules not in RULES:
+            raise TransformUsageError(f"--rules must be one of {', '.join(RULES)}")
+        if self.rules == "agl1":
+            self._validate_agl1()
         return self
+
+    def _validate_agl1(self) -> None:
+        recipe_only = ("top_fraction", "min_reward", "select_by", "per_task", "val_fraction", "max_length")
+        changed = [n for n in (*recipe_only, "dedup", "merge") if getattr(self, n) != getattr(_DEFAULTS, n)]
+        if changed:
+            flags = ", ".join("--" + n.replace("_", "-") for n in changed)
+            raise TransformUsageError(
+                f"--rules agl1 reproduces RolloutAdapter's rows; {flags} would change them",
+                "use the --agl1-* limits, or drop --rules agl1",
+            )
+        limits = self.agl1
+        if limits.level not in LEVELS:
+            raise TransformUsageError(f"--agl1-level must be one of {', '.join(LEVELS)}")
+        for name in ("max_prompt_length", "max_response_length", "max_total_length"):
+            value = getattr(limits, name)
+            if value is not None and value < 1:
+                raise TransformUsageError(f"--agl1-{name.replace('_', '-')} must be at least 1, got {value}")
+        if not math.isfinite(limits.reward_fillna_value):
+            raise TransformUsageError("--agl1-reward-fillna must be a finite number")
 
     def params(self) -> dict[str, Any]:
         """Every option as the manifest records it (collections sorted)."""
         out = asdict(self)
         out.pop("extra")
         out.pop("force")  # says whether to write, not what the rows are
+        if self.rules == "recipe":  # so a recipe version's params and content hash stay what they were
+            out.pop("rules")
+            out.pop("agl1")
         out["collections"] = sorted(self.collections)
         return out
+
+
+_DEFAULTS = TransformConfig(name="defaults")

@@ -68,3 +68,8 @@ def span_dict_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
         if out.get(key) is not None:
             out[key] = json.loads(out[key])
     return out
+
+
+def events_table(events: Iterable[Mapping[str, Any]], collection_id: str) -> pa.Table:
+    """Rows of the ``events`` table (Agent Lightning 1.0) from event dicts with a ``position``."""
+    return _rows(events, schemas.EVENTS, collection_id, {"data"})

@@ -20,4 +20,6 @@ ANNOTATION_SPAN = "agentlightning.annotation"
 REWARD_PREFIX = "agentlightning.reward"
 
 #: Version of the silver tables' derivation; a cache built by another version is rebuilt.
-SILVER_VERSION = 2  # 2: messages gained tool_calls, tool_call_id, tools
+# 2: Agent Lightning 1.0 columns (model_version, logprobs, ...); 3: messages gained tool_calls,
+# tool_call_id and tools.
+SILVER_VERSION = 3

@@ -177,6 +177,8 @@ class CollectionManifest(Manifest):
     """User tag (``--tag``)."""
     store_url: str | None = None
     """The store it read (URL, or a description of an in-process store)."""
+    source: str | None = None
+    """``agl1`` for an Agent Lightning 1.0 collection (events); absent for 0.3 (spans)."""
     filters: dict[str, Any] = field(default_factory=dict)
     """Filters the rollouts were chosen by."""
     counts: dict[str, Any] = field(default_factory=dict)

@@ -64,6 +64,20 @@ SPANS = pa.schema(
     ]
 )
 
+# Agent Lightning 1.0 records events, not spans: one row per event, in order. An event has
+# no id; (rollout_id, attempt_id, position) is its identity. ``data`` is its JSON, whole.
+EVENTS = pa.schema(
+    [
+        ("collection_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("attempt_id", pa.string()),
+        ("position", pa.int64()),
+        ("event_type", pa.string()),
+        ("timestamp", pa.float64()),
+        ("data", pa.string()),  # JSON, whole (redacted unless --no-redact)
+    ]
+)
+
 LLM_CALLS = pa.schema(
     [
         ("collection_id", pa.string()),
@@ -80,6 +94,20 @@ LLM_CALLS = pa.schema(
         ("prompt_len", pa.int32()),
         ("response_len", pa.int32()),
         ("reject_reason", pa.string()),  # null when the call is usable
+        # What Agent Lightning 1.0 records with each call (null for 0.3 spans):
+        ("source", pa.string()),  # agl03 (spans) | agl1 (events)
+        ("model_version", pa.int64()),  # the policy step that served the call
+        ("data_id", pa.string()),  # groups a task's sibling rollouts
+        ("is_train", pa.bool_()),
+        ("response_logprobs", pa.list_(pa.float64())),  # chosen-token logprobs, when requested
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("usage", pa.string()),  # JSON
+        ("finish_reason", pa.string()),
+        ("latency_ms", pa.float64()),
+        ("http_status", pa.int32()),
+        ("status", pa.string()),  # ok | error
+        ("retry_count", pa.int32()),
     ]
 )
 
@@ -94,7 +122,10 @@ REWARDS = pa.schema(
         ("start_time", pa.float64()),
         ("name", pa.string()),
         ("value", pa.float64()),
-        ("source", pa.string()),  # agentlightning | agentops
+        ("source", pa.string()),  # agentlightning | agentops | agl1
+        ("message", pa.string()),  # 1.0 reward events: explanation, who reported it, why
+        ("reported_by", pa.string()),
+        ("reason", pa.string()),
     ]
 )
 
@@ -127,7 +158,7 @@ DATASET_ROWS = pa.schema(
     ]
 )
 
-BRONZE = {"rollouts": ROLLOUTS, "attempts": ATTEMPTS, "spans": SPANS}
+BRONZE = {"rollouts": ROLLOUTS, "attempts": ATTEMPTS, "spans": SPANS, "events": EVENTS}
 SILVER = {"llm_calls": LLM_CALLS, "rewards": REWARDS, "messages": MESSAGES}
 
 

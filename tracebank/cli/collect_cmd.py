@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -44,7 +45,24 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
     "store_url",
     default=None,
     metavar="URL",
-    help="The `agl store` to read, e.g. http://127.0.0.1:4747.",
+    help="The server to read: an `agl store` (0.3) or an `agl-server` (1.0), e.g. http://127.0.0.1:4747.",
+)
+@click.option(
+    "--spool",
+    default=None,
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Commit what tracebank's Agent Lightning 1.0 trainer hook spooled into DIR (its TRACEBANK_SPOOL).",
+)
+@click.option(
+    "--source",
+    type=click.Choice(["auto", "agl03", "agl1"]),
+    default="auto",
+    show_default=True,
+    help="Agent Lightning version of --store; auto asks the server.",
+)
+@click.option(
+    "--agl-key", envvar="AGL_KEY", default="", metavar="KEY", help="API key of an agl-server (or $AGL_KEY)."
 )
 @click.option(
     "--status",
@@ -129,7 +147,10 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
 @pass_warehouse
 def collect(
     wh: Any,
-    store_url: str,
+    store_url: str | None,
+    spool: str | None,
+    source: str,
+    agl_key: str,
     statuses: tuple[str, ...],
     mode: str | None,
     rollout_ids: tuple[str, ...],
@@ -148,6 +169,10 @@ def collect(
 ) -> None:
     """Copy new rollouts, attempts and spans from the store at URL into one new collection.
 
+    Agent Lightning 1.0: --spool DIR commits what tracebank's trainer hook saved (and
+    empties DIR); --store URL of an agl-server reads the rollouts that finished since
+    the last run (the trainer may delete some first: use the hook). Without --status
+    both succeeded and failed 1.0 rollouts are kept (1.0 trains on both).
     Attempts already in the warehouse are skipped, so rerunning adds only what is new.
     Then the collection's silver tables (llm_calls, rewards, messages) are built, so they
     are queryable at once and `tracebank transform` starts from them. With --rebuild-silver
@@ -155,19 +180,25 @@ def collect(
     """
     from tracebank.collect import collect as run_collect
     from tracebank.collect import parse_since, silver_summary
+    from tracebank.collect.agl1_collect import collect_server, collect_spool, detect_source
     from tracebank.collect.errors import CollectUsageError
 
     if rebuild_silver:
         _rebuild(wh, store_url, collections)
         return
-    if store_url is None:
-        raise click.UsageError("Missing option '--store'.")
     if collections:
         raise CollectUsageError("--collection works only with --rebuild-silver")
     if tag is not None and (not tag.strip() or "\n" in tag or len(tag) > 100):
         raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
+    if store_url is None and spool is None:
+        raise click.UsageError("Missing option '--store'. (Or --spool DIR: an Agent Lightning 1.0 spool.)")
+    if store_url is not None and spool is not None:
+        raise CollectUsageError("give only one of --store URL and --spool DIR")
+    if spool is None and source == "auto":
+        source = detect_source(store_url or "", agl_key)
+    agl1 = spool is not None or source == "agl1"
     config = CollectConfig(
-        statuses=tuple(statuses) or ("succeeded",),
+        statuses=tuple(statuses) or (("succeeded", "failed") if agl1 else ("succeeded",)),
         mode=mode,
         rollout_ids=tuple(rollout_ids),
         since=parse_since(since) if since is not None else None,
@@ -190,10 +221,15 @@ def collect(
                 f"repaired {old}: " + (f"replaced by {new}" if new else "held only duplicates, retired")
             )
         click.echo(repaired.summary())
-    with _progress_bar(sys.stderr.isatty()) as progress:
-        result = run_collect(
-            store_url, wh, config, progress=progress, on_wait=lambda note: click.echo(note, err=True)
-        )
+    if spool is not None:
+        result = collect_spool(Path(spool), wh, config)
+    elif agl1:
+        result, _ = collect_server(store_url or "", wh, config, key=agl_key)
+    else:
+        with _progress_bar(sys.stderr.isatty()) as progress:
+            result = run_collect(
+                store_url, wh, config, progress=progress, on_wait=lambda note: click.echo(note, err=True)
+            )
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     click.echo(result.summary())

@@ -9,7 +9,16 @@ from typing import Any
 import click
 
 from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
-from tracebank.transform.config import MERGE, SELECT_BY, TransformConfig
+from tracebank.transform.agl1_rows import Agl1Limits
+from tracebank.transform.config import LEVELS, MERGE, RULES, SELECT_BY, TransformConfig
+
+AGL1_OPTIONS = (
+    "level",
+    "max_prompt_length",
+    "max_response_length",
+    "max_total_length",
+    "reward_fillna_value",
+)
 
 
 def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -38,6 +47,12 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
     help="Rebuild the silver tables of every chosen collection even if cached.",
 )
 @config_option(TransformConfig, "force")
+@config_option(TransformConfig, "rules", type=click.Choice(RULES))
+@config_option(Agl1Limits, "level", "--agl1-level", type=click.Choice(LEVELS))
+@config_option(Agl1Limits, "max_prompt_length", "--agl1-max-prompt-length")
+@config_option(Agl1Limits, "max_response_length", "--agl1-max-response-length")
+@config_option(Agl1Limits, "max_total_length", "--agl1-max-total-length")
+@config_option(Agl1Limits, "reward_fillna_value", "--agl1-reward-fillna")
 @pass_warehouse
 def transform(
     wh: Any, name: str | None, collections: tuple[str, ...], rebuild_silver: bool, **options: Any
@@ -55,7 +70,8 @@ def transform(
     name = name or click.get_current_context().meta.get("tracebank.dataset_alias")
     if not name:
         raise click.UsageError("Missing option '--dataset'.")
-    config = TransformConfig(name=name, collections=tuple(collections), **options)
+    limits = Agl1Limits(**{f: options.pop(f) for f in AGL1_OPTIONS})
+    config = TransformConfig(name=name, collections=tuple(collections), agl1=limits, **options)
     wh.check_format()
     config.validate()
     chosen = tuple(cid for cid, _ in choose_collections(wh, config.collections))

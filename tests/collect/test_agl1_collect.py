@@ -1,0 +1,179 @@
+"""collect for 1.0: the spool becomes one collection, idempotently, and the same SQL reads both sources."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from tracebank.collect import agl1_collect
+from tracebank.collect.agl1_collect import collect_server, collect_spool, detect_source
+from tracebank.collect.agl1_hook import spool_entry, write_entry
+from tracebank.collect.agl1_spool import spool_files
+from tracebank.collect.config import CollectConfig
+from tracebank.collect.silver import build_silver
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.query import run_sql
+
+from tests.fixtures.agl1_server import SCENARIOS, model_request, play_scenario
+from tests.fixtures.bronze import commit_collection, synthetic_rollouts
+
+BOTH = CollectConfig(statuses=("succeeded", "failed"))
+
+
+def sql(wh, text):
+    return run_sql(wh, text).to_pylist()
+
+
+def test_a_trainer_round_is_all_in_the_warehouse(agl1_round, wh, tmp_path):
+    round_spool, result, server = agl1_round
+    spool = tmp_path / "spool"
+    shutil.copytree(round_spool, spool)
+    done = collect_spool(spool, wh, BOTH)
+    completed = result["completed"]
+    assert done.committed and done.counts["rollouts"] == len(completed)
+    assert spool_files(spool) == []  # committed, so no longer spooled
+    n_events = sum(len(c["events"]) for c in completed)
+    assert sql(wh, "SELECT count(*) AS n FROM events") == [{"n": n_events}]
+    assert sql(wh, "SELECT count(DISTINCT rollout_id) AS n FROM rollouts") == [{"n": len(completed)}]
+    states = sql(wh, "SELECT status, count(*) AS n FROM rollouts GROUP BY status ORDER BY status")
+    assert states == [{"status": "failed", "n": 2}, {"status": "succeeded", "n": len(completed) - 2}]
+    build_silver(wh, done.collection_id)
+    calls = sql(
+        wh, "SELECT count(*) AS n, count(DISTINCT rollout_id) AS r FROM llm_calls WHERE source = 'agl1'"
+    )
+    assert calls == [
+        {
+            "n": sum(e["event_type"] == "model_request" for c in completed for e in c["events"]),
+            "r": len(completed),
+        }
+    ]
+    again = collect_spool(spool, wh, BOTH)
+    assert not again.committed
+
+
+def test_rerun_after_a_commit_whose_spool_cleanup_died(agl1_round, wh, tmp_path, monkeypatch):
+    spool = tmp_path / "spool"
+    shutil.copytree(agl1_round[0], spool)
+    n = len(spool_files(spool))
+
+    def die(entries):
+        raise KeyboardInterrupt  # killed right after the manifest was committed
+
+    monkeypatch.setattr(agl1_collect, "remove_entries", die)
+    with pytest.raises(KeyboardInterrupt):
+        collect_spool(spool, wh, BOTH)
+    monkeypatch.undo()
+    rerun = collect_spool(spool, wh, BOTH)
+    assert not rerun.committed and rerun.counts["skipped"] == n and spool_files(spool) == []
+    assert sql(wh, "SELECT count(*) AS n, count(DISTINCT rollout_id) AS d FROM rollouts") == [
+        {"n": n, "d": n}
+    ]
+
+
+def _big_spool(folder, n: int) -> list[str]:
+    events = [
+        {
+            "event_type": "model_request",
+            "rollout_id": "x",
+            "attempt_id": "0",
+            "timestamp": 1.0 + i,
+            "data": data,
+        }
+        for i, data in enumerate(model_request(list(range(2000)), list(range(300))) for _ in range(3))
+    ]
+    ids = []
+    for i in range(n):
+        rid = f"r{i:04d}"
+        rollout = {
+            "rollout_id": rid,
+            "is_train": True,
+            "input": {"i": i},
+            "status": {"state": "succeeded", "last_attempt_id": "0"},
+        }
+        write_entry(folder, spool_entry(rollout, {"0": events}, "hook", True), durable=False)
+        ids.append(rid)
+    return ids
+
+
+KILLER = """
+import sys
+from pathlib import Path
+from tracebank.collect.agl1_collect import collect_spool
+from tracebank.collect.config import CollectConfig
+from tracebank.warehouse.layout import Warehouse
+print("start", flush=True)
+collect_spool(Path(sys.argv[1]), Warehouse(Path(sys.argv[2])), CollectConfig())
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.4, 0.9, 1.5, 3.0])
+def test_collect_killed_mid_spool_and_rerun_loses_and_duplicates_nothing(tmp_path, delay):
+    spool, root = tmp_path / "spool", tmp_path / "wh"
+    ids = _big_spool(spool, 150)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLER, str(spool), str(root)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "start"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    wh = Warehouse(root).init()
+    collect_spool(spool, wh, CollectConfig())
+    got = sql(wh, "SELECT rollout_id, count(*) AS n FROM rollouts GROUP BY rollout_id ORDER BY rollout_id")
+    assert got == [{"rollout_id": rid, "n": 1} for rid in ids]
+    assert sql(wh, "SELECT count(*) AS n FROM events") == [{"n": 3 * len(ids)}]
+    assert spool_files(spool) == []
+
+
+def test_status_filter_leaves_the_rest_in_the_spool(agl1_round, wh, tmp_path):
+    spool = tmp_path / "spool"
+    shutil.copytree(agl1_round[0], spool)
+    first = collect_spool(spool, wh)  # the default: succeeded only
+    assert first.counts["filtered_out"] == 2 and len(spool_files(spool)) == 2
+    second = collect_spool(spool, wh, CollectConfig(statuses=("failed",)))
+    assert second.counts["rollouts"] == 2 and spool_files(spool) == []
+
+
+def test_the_same_sql_reads_both_sources(agl1_round, wh, tmp_path):
+    spans, rollouts = synthetic_rollouts(3, seed=1)
+    old = commit_collection(wh, spans, rollouts=rollouts)
+    spool = tmp_path / "spool"
+    shutil.copytree(agl1_round[0], spool)
+    new = collect_spool(spool, wh, BOTH).collection_id
+    for cid in (old, new):
+        build_silver(wh, cid)
+    query = """
+        SELECT c.collection_id, count(*) AS calls, sum(c.response_len) > 0 AS tokens,
+               count(DISTINCT r.rollout_id) AS rewarded
+        FROM llm_calls c LEFT JOIN rewards r USING (collection_id, rollout_id, attempt_id)
+        WHERE c.reject_reason IS NULL GROUP BY 1 ORDER BY 1
+    """
+    got = {r["collection_id"]: r for r in sql(wh, query)}
+    assert set(got) == {old, new} and all(
+        r["calls"] > 0 and r["tokens"] and r["rewarded"] > 0 for r in got.values()
+    )
+    text = sql(
+        wh,
+        "SELECT count(*) AS n FROM messages WHERE role = 'user' GROUP BY collection_id ORDER BY 1",
+    )
+    assert len(text) == 2 and all(r["n"] > 0 for r in text)
+
+
+def test_collect_from_a_live_server_over_rest(agl1_server, wh):
+    for i, name in enumerate(["merge_logprobs", "no_merge"]):
+        rid = f"live{i}"
+        agl1_server.create_rollout(f"scenario:{name}", rid)
+        agl1_server.set_state(rid, "running", attempt_id="0")
+        play_scenario(agl1_server, rid, "0", name)
+        agl1_server.set_state(rid, "succeeded")
+    first, missed = collect_server(agl1_server.url, wh, key=agl1_server.key)
+    assert first.committed and first.counts["rollouts"] == 2 and missed == 0
+    second, _ = collect_server(agl1_server.url, wh, key=agl1_server.key)
+    assert not second.committed and second.counts["rollouts"] == 0
+    n = len(SCENARIOS["merge_logprobs"][0]) + len(SCENARIOS["no_merge"][0])
+    assert sql(wh, "SELECT count(*) AS n FROM events WHERE event_type = 'model_request'") == [{"n": n}]
+    assert detect_source(agl1_server.url, agl1_server.key) == "agl1"

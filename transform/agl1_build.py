@@ -1,0 +1,161 @@
+"""The rows of a ``--rules agl1`` dataset version: Agent Lightning 1.0's RolloutAdapter, exactly.
+
+Reads the silver ``llm_calls`` and ``rewards`` of the chosen collections (built by collect) (every
+attempt tracebank holds: the spool keeps each rollout's last one, as 1.0 serves
+it), applies :mod:`tracebank.transform.agl1_rows` per rollout, and turns each
+kept row into a token row: ``input_ids = prompt + response``, ``labels`` the
+response tokens 1.0 trains on (its response mask), -100 elsewhere. Rows whose
+prompt was over the limit are left out (1.0 masks them out of training) and
+counted, like responses cut and rows with nothing to train on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+from tracebank.transform.agl1_rows import (
+    Agl1Limits,
+    calls_by_attempt,
+    final_reward,
+    rewards_by_attempt,
+    rollout_rows,
+    token_row,
+    triplet_calls,
+)
+from tracebank.transform.errors import EmptyDatasetError
+from tracebank.transform.manifest import content_hash, rows_digest, source_hash, stats
+from tracebank.transform.writer import encode
+from tracebank.warehouse import schemas
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.records import CollectionManifest, DatasetManifest
+from tracebank.warehouse.storage import Storage
+
+if TYPE_CHECKING:
+    from tracebank.transform.config import TransformConfig
+
+ROW_FIELDS = [
+    pa.field("collection_id", pa.string()),
+    pa.field("turn_index", pa.int32()),
+    pa.field("response_mask", schemas.TOKENS),
+]
+
+
+def agl1_rows_table(
+    silver: list[tuple[str, pa.Table, pa.Table]], limits: Agl1Limits, seed: int
+) -> tuple[pa.Table, dict[str, int]]:
+    """Token rows of every rollout in ``silver`` ((collection_id, llm_calls, rewards) per collection),
+    shuffled with ``seed``, and the counts of what the rules did."""
+    rows: list[dict[str, Any]] = []
+    counts = {
+        "rollouts": 0,
+        "calls": 0,
+        "trained_calls": 0,
+        "rollouts_without_reward": 0,
+        "dropped_long_prompt": 0,
+    }
+    for cid, calls, rewards in silver:
+        reward_values = rewards_by_attempt(rewards)
+        for (rid, aid), attempt_calls in calls_by_attempt(calls).items():
+            values = reward_values.get((rid, aid), [])
+            counts["rollouts"] += 1
+            counts["calls"] += len(attempt_calls)
+            counts["trained_calls"] += len(triplet_calls(attempt_calls))
+            counts["rollouts_without_reward"] += final_reward(values) is None
+            for row in rollout_rows(attempt_calls, values, limits):
+                if row.dropped:
+                    counts["dropped_long_prompt"] += 1
+                    continue
+                tokens = token_row(row)
+                rows.append(
+                    {
+                        **tokens,
+                        "rollout_id": rid,
+                        "attempt_id": aid,
+                        "span_id": f"{rid}/{aid}/turn{row.turn_index}",
+                        "collection_id": cid,
+                        "turn_index": row.turn_index,
+                        "response_mask": row.response_mask,
+                    }
+                )
+    random.Random(seed).shuffle(rows)
+    counts["rows"] = len(rows)
+    schema = pa.schema(list(schemas.DATASET_ROWS) + ROW_FIELDS)
+    table = pa.table(
+        {f.name: pa.array([r[f.name] for r in rows], type=f.type) for f in schema}, schema=schema
+    )
+    return table, counts
+
+
+def build_agl1_version(
+    wh: Warehouse, config: TransformConfig, chosen: list[tuple[str, CollectionManifest]]
+) -> tuple[int, Path, DatasetManifest]:
+    """Commit the next version of ``config.name`` with 1.0's rows; (version, folder, manifest).
+
+    The rules and limits used are in the manifest's ``params`` (``rules``, ``agl1``)."""
+    from tracebank.transform.builder import require_silver, tracebank_version
+
+    storage = Storage(wh)
+    silver = []
+    for cid, _ in chosen:
+        require_silver(storage, cid)
+        calls, rewards = (storage.silver_table(cid, t) for t in ("llm_calls", "rewards"))
+        silver.append((cid, calls, rewards))
+    table, counts = agl1_rows_table(silver, config.agl1, config.seed)
+    counts["collections"] = len(chosen)
+    if table.num_rows == 0:
+        raise EmptyDatasetError(
+            f"no rows for {config.name}: {counts['calls']} calls in {counts['rollouts']} rollouts, "
+            f"{counts['trained_calls']} that 1.0 would train on",
+            'check the calls with `tracebank sql "SELECT reject_reason, count(*) FROM llm_calls GROUP BY 1"`',
+        )
+    sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
+    version, folder = storage.reserve_version(config.name)
+    try:
+        entry = storage.write_buffer(folder, "train.parquet", encode(table), table.num_rows, "dataset_rows")
+        entry.split = "train"
+        digest = rows_digest(table)
+        ids = table.column("input_ids").to_pylist()
+        frame = pl.DataFrame(
+            {
+                "length": [len(i) for i in ids],
+                "trained": [sum(m) for m in table.column("response_mask").to_pylist()],
+                "reward": table.column("reward").to_pylist(),
+            }
+        )
+        st = stats(
+            {"train": frame, "validation": frame.head(0)}, [max((max(i) for i in ids if i), default=None)]
+        )
+        manifest = DatasetManifest(
+            name=config.name,
+            version=version,
+            created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            tracebank_version=tracebank_version(),
+            content_hash=content_hash(
+                config, sources, [{"split": "train", "rows": table.num_rows, "digest": digest}]
+            ),
+            params=config.params(),
+            sources=sources,
+            counts={
+                **counts,
+                "unrewarded": counts["rollouts_without_reward"],
+                "rejected": {
+                    "not_trained_by_agl1": counts["calls"] - counts["trained_calls"],
+                    "long_prompt_rows": counts["dropped_long_prompt"],
+                },
+                "kept": table.num_rows,
+            },
+            stats=st,
+            rows=st["rows"],
+            notes=dict(config.extra) if config.extra else None,
+            files=[entry],
+        )
+        storage.commit_version(folder, manifest)
+    except BaseException:
+        storage.abandon_version(folder)
+        raise
+    return version, folder, manifest
