@@ -128,22 +128,38 @@ def message_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     request = data.get("request")
     request = request if isinstance(request, dict) else {}
+    tools = _json_list(request.get("tools"))
     for index, message in enumerate(request.get("messages") or []):
         if isinstance(message, dict):
-            rows.append(_message("input", index, message))
+            rows.append(_message("input", index, message, tools))
     response = data.get("response")
     response = response if isinstance(response, dict) else {}
     choices = response.get("choices") or []
     if choices and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict):
-        rows.append(_message("output", 0, choices[0]["message"]))
+        rows.append(_message("output", 0, choices[0]["message"], tools))
     return rows
 
 
-def _message(direction: str, index: int, message: dict[str, Any]) -> dict[str, Any]:
+def _message(direction: str, index: int, message: dict[str, Any], tools: str | None) -> dict[str, Any]:
+    """One ``messages`` row; 1.0 records OpenAI-format messages, so tool fields are taken as they are."""
     content = message.get("content")
     if not isinstance(content, str):
         content = None if content is None else json.dumps(content)
-    return {"direction": direction, "message_index": index, "role": message.get("role"), "content": content}
+    tool_call_id = message.get("tool_call_id")
+    return {
+        "direction": direction,
+        "message_index": index,
+        "role": message.get("role"),
+        "content": content,
+        "tool_calls": _json_list(message.get("tool_calls")),
+        "tool_call_id": tool_call_id if isinstance(tool_call_id, str) else None,
+        "tools": tools,
+    }
+
+
+def _json_list(value: Any) -> str | None:
+    """A non-empty list as JSON text (the 0.3 silver's encoding of tool_calls and tools), else None."""
+    return json.dumps(value) if isinstance(value, list) and value else None
 
 
 def _rollout_context(rollouts: pa.Table) -> dict[str, tuple[str | None, bool | None]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tracebank.collect.agl1_bronze import bronze_tables
-from tracebank.collect.agl1_silver import silver_from_events
+from tracebank.collect.agl1_silver import message_rows, silver_from_events
 from tracebank.collect.agl1_spool import read_spool
 from tracebank.collect.redact import REDACTED, Redactor
 from tracebank.warehouse import schemas
@@ -63,3 +63,27 @@ def test_bronze_keeps_event_json_whole_but_redacts_credentials(agl1_round):
     assert [r["position"] for r in plain] == list(range(len(plain)))
     assert json.loads(redacted[-1]["data"]) == {"headers": {"Authorization": REDACTED}}
     assert redacted[:-1] == plain[:-1]
+
+
+def test_tool_calls_results_and_tools_fill_the_same_columns_as_03():
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    call = [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}}]
+    data = {
+        "request": {
+            "tools": tools,
+            "messages": [
+                {"role": "user", "content": "2 + 2?"},
+                {"role": "assistant", "content": None, "tool_calls": call},
+                {"role": "tool", "tool_call_id": "call_1", "content": "4"},
+            ],
+        },
+        "response": {"choices": [{"message": {"role": "assistant", "content": "4", "tool_calls": []}}]},
+    }
+    rows = message_rows(data)
+    assert [(r["role"], r["tool_calls"], r["tool_call_id"]) for r in rows] == [
+        ("user", None, None),
+        ("assistant", json.dumps(call), None),
+        ("tool", None, "call_1"),
+        ("assistant", None, None),
+    ]
+    assert {r["tools"] for r in rows} == {json.dumps(tools)}
