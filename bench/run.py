@@ -13,7 +13,13 @@ import platform
 import sys
 from pathlib import Path
 
-SECTIONS = ("bench.collect_bench", "bench.transform_bench", "bench.train_bench", "bench.serve_bench")
+SECTIONS = (
+    "bench.collect_bench",
+    "bench.transform_bench",
+    "bench.scale_bench",
+    "bench.train_bench",
+    "bench.serve_bench",
+)
 
 
 def machine() -> str:

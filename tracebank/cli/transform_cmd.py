@@ -37,9 +37,28 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
     is_flag=True,
     help="Rebuild the silver tables of every chosen collection even if cached.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: this process; ray: Ray Data jobs on a cluster (same version, same content hash).",
+)
+@click.option(
+    "--address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Ray cluster to join with --engine ray (default: $RAY_ADDRESS, else a local Ray).",
+)
 @pass_warehouse
 def transform(
-    wh: Any, name: str | None, collections: tuple[str, ...], rebuild_silver: bool, **options: Any
+    wh: Any,
+    name: str | None,
+    collections: tuple[str, ...],
+    rebuild_silver: bool,
+    engine: str,
+    address: str | None,
+    **options: Any,
 ) -> None:
     """Build the next version of a dataset (--dataset NAME) from collected spans.
 
@@ -48,7 +67,7 @@ def transform(
     collections' silver tables are built first where missing or stale.
     """
     from tracebank.collect import build_silver
-    from tracebank.transform import transform as run
+    from tracebank.transform import run_transform
     from tracebank.transform.builder import choose_collections
 
     name = name or click.get_current_context().meta.get("tracebank.dataset_alias")
@@ -59,7 +78,7 @@ def transform(
     config.validate()
     chosen = tuple(cid for cid, _ in choose_collections(wh, config.collections))
     build_silver(wh, chosen, force=rebuild_silver)
-    click.echo(run(wh, config).summary())
+    click.echo(run_transform(wh, config, engine=engine, address=address).summary())
 
 
 @click.group()
