@@ -11,8 +11,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tracebank.transform import TransformConfig, transform, writer
 from tracebank.collect import silver as silver_mod
+from tracebank.transform import TransformConfig, transform, writer
 from tracebank.transform.rows import CallTokens
 from tracebank.transform.spill import TokenSpill
 from tracebank.warehouse import schemas
