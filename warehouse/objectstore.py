@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
-from tracebank.warehouse.commit import _fsync_dir  # the commit protocol's own directory fsync
+from tracebank.warehouse.commit import fsync_dir as _fsync_dir
 from tracebank.warehouse.errors import UsageError, WarehouseError
 
 
