@@ -16,6 +16,7 @@ from pathlib import Path
 SECTIONS = (
     "bench.collect_bench",
     "bench.transform_bench",
+    "bench.scale_bench",
     "bench.train_bench",
     "bench.serve_bench",
     "bench.agl1_bench",

@@ -234,6 +234,7 @@ class _Run:
                 if not any(d["name"] in LLM_SPAN_NAMES for d in dicts):
                     self.no_llm.append(rid)
             self.writer.add(dicts, plain)
+            await self.writer.drain()
             self.attempts.append(self._redacted(attempt.model_dump()))
             if rid not in self.rollouts:
                 row = rollout.model_dump(exclude={"attempt"})

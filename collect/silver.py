@@ -15,10 +15,12 @@ committed cache is reused until its ``silver_version`` changes.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +29,7 @@ from tracebank.collect.agl1_silver import silver_from_events
 from tracebank.collect.errors import UnknownCollectionError
 from tracebank.collect.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
 from tracebank.warehouse import schemas
-from tracebank.warehouse.arrowutil import repeat_string, string_scalar
+from tracebank.warehouse.arrowutil import arrow_ints, repeat_string, string_scalar
 from tracebank.warehouse.contract import (
     ANNOTATION_SPAN,
     LITELLM_SPAN,
@@ -37,7 +39,7 @@ from tracebank.warehouse.contract import (
 )
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.records import FileEntry, SilverManifest
-from tracebank.warehouse.storage import Storage, files_of, parquet_scan_sql, read_table
+from tracebank.warehouse.storage import Storage, files_of, iter_batches, read_table
 
 SPAN_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "span_id", "name", "start_time", "attributes"]
 
@@ -213,25 +215,48 @@ def span_files(wh: Warehouse, collection_id: str) -> list[Path]:
     return files_of(folder, manifest, "spans")
 
 
-def register_spans(con: duckdb.DuckDBPyConnection, files: list[Path]) -> None:
-    """View ``spans`` over the files; ``span_index`` is the position in collection order."""
-    if not files:
-        empty = schemas.SPANS.empty_table().select(SPAN_COLUMNS)
-        con.register("_spans_empty", empty.append_column("span_index", pa.nulls(0, pa.int64())))
-        con.execute("CREATE OR REPLACE VIEW spans AS SELECT * FROM _spans_empty")
-        return
-    parts = []
+_KEEP_SPANS = (
+    f"name IN ('{RAW_LLM_SPAN}', '{LITELLM_SPAN}', '{ANNOTATION_SPAN}') "
+    f"OR contains(attributes, '{REWARD_PREFIX}') OR contains(attributes, 'agentops.')"
+)
+
+
+def register_spans(con: duckdb.DuckDBPyConnection, spans: pa.Table) -> None:
+    """Table ``spans`` from rows of SPAN_COLUMNS + ``span_index`` (their place in collection
+    order), keeping only spans some silver table reads."""
+    con.register("_spans_batch", spans)
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE spans AS SELECT * FROM _spans_batch WHERE {_KEEP_SPANS}")
+    finally:
+        con.unregister("_spans_batch")
+
+
+# Spans are parsed in batches of about this much attribute text, so a silver build's memory
+# follows the batch, not the span file or the collection (token-id reprs make one proxied
+# call tens of kilobytes).
+SPAN_BATCH_BYTES = 8 << 20
+_READ_ROWS = 128
+
+
+def span_batches(files: list[Path]) -> Iterator[pa.Table]:
+    """The collection's spans (SPAN_COLUMNS + ``span_index``) in order, in batches of about
+    ``SPAN_BATCH_BYTES`` of attributes; ``span_index`` is file number * 10^12 + row in file."""
+    pending: list[pa.Table] = []
+    size = 0
     for n, path in enumerate(files):
-        parts.append(
-            f"SELECT {', '.join(SPAN_COLUMNS)}, file_row_number + {n} * 1000000000000 AS span_index "
-            f"FROM {parquet_scan_sql(path, row_number=True)}"
-        )
-    # Read and decompress the files once, keeping only spans some silver table reads.
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE spans AS SELECT * FROM (" + " UNION ALL ".join(parts) + ") "
-        f"WHERE name IN ('{RAW_LLM_SPAN}', '{LITELLM_SPAN}', '{ANNOTATION_SPAN}') "
-        f"OR contains(attributes, '{REWARD_PREFIX}') OR contains(attributes, 'agentops.')"
-    )
+        row = 0
+        for batch in iter_batches([path], SPAN_COLUMNS, batch_size=_READ_ROWS):
+            index = np.arange(row, row + batch.num_rows, dtype=np.int64) + n * 1_000_000_000_000
+            row += batch.num_rows
+            pending.append(pa.Table.from_batches([batch]).append_column("span_index", arrow_ints(index)))
+            size += batch.column("attributes").nbytes
+            if size >= SPAN_BATCH_BYTES:
+                yield pa.concat_tables(pending)
+                pending, size = [], 0
+    if pending or not files:
+        empty = schemas.SPANS.empty_table().select(SPAN_COLUMNS)
+        no_index = arrow_ints(np.zeros(0, np.int64))
+        yield pa.concat_tables(pending) if pending else empty.append_column("span_index", no_index)
 
 
 def _query(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
@@ -364,27 +389,34 @@ def extract_messages(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.T
     return schemas.conform(m, schemas.MESSAGES)
 
 
-def silver_tables(wh: Warehouse, collection_id: str) -> dict[str, pa.Table]:
-    """Compute (without writing) the three silver tables of one collection."""
-    files = span_files(wh, collection_id)
+def silver_pieces(wh: Warehouse, collection_id: str) -> Iterator[dict[str, pa.Table]]:
+    """The three silver tables of one collection, computed a batch of spans at a time.
+
+    Every silver row comes from one span, so the pieces laid end to end are the
+    tables of the whole collection (``span_index`` keeps each span's place), and
+    memory follows ``SPAN_BATCH_BYTES`` instead of the span file or the collection.
+    An Agent Lightning 1.0 collection (events, not spans) is one piece.
+    """
     folder = wh.collection_dir(collection_id)
     manifest = Storage(wh).collection(collection_id)
     events = files_of(folder, manifest, "events") if manifest is not None else []
-    if events:  # an Agent Lightning 1.0 collection: events, not spans
+    if events:
         rollouts = files_of(folder, manifest, "rollouts") if manifest is not None else []
-        return silver_from_events(
+        yield silver_from_events(
             read_table(events, schema=schemas.EVENTS),
             read_table(rollouts, ["rollout_id", "input", "mode"]),
             collection_id,
         )
+        return
     con = duckdb.connect(":memory:")
     try:
-        register_spans(con, files)
-        return {
-            "llm_calls": extract_calls(con, collection_id),
-            "rewards": extract_rewards(con, collection_id),
-            "messages": extract_messages(con, collection_id),
-        }
+        for spans in span_batches(span_files(wh, collection_id)):
+            register_spans(con, spans)
+            yield {
+                "llm_calls": extract_calls(con, collection_id),
+                "rewards": extract_rewards(con, collection_id),
+                "messages": extract_messages(con, collection_id),
+            }
     finally:
         con.close()
 
@@ -402,7 +434,7 @@ def build_silver(wh: Warehouse, collection_id: str, force: bool = False) -> Silv
             return cached
     if Storage(wh).collection(collection_id) is None:
         raise UnknownCollectionError(f"collection {collection_id!r} is not committed in {wh.root}")
-    return write_silver(wh, collection_id, silver_tables(wh, collection_id))
+    return write_silver(wh, collection_id, silver_pieces(wh, collection_id))
 
 
 def _parquet_options(table: pa.Table) -> dict[str, Any]:
@@ -418,10 +450,23 @@ def _parquet_options(table: pa.Table) -> dict[str, Any]:
     }
 
 
-def write_silver(wh: Warehouse, collection_id: str, tables: dict[str, pa.Table]) -> SilverManifest:
-    """Commit computed silver tables as the cache of ``collection_id``; return the manifest."""
-    counts = {name: t.num_rows for name, t in tables.items()}
-    counts["usable_calls"] = tables["llm_calls"].column("reject_reason").null_count
+# Token lists are read back a few hundred rows at a time (transform.spill); small groups keep that flat.
+CALLS_ROW_GROUP = 1024
+
+
+def write_silver(
+    wh: Warehouse, collection_id: str, pieces: dict[str, pa.Table] | Iterable[dict[str, pa.Table]]
+) -> SilverManifest:
+    """Commit computed silver tables (whole, or piece by piece) as the cache of ``collection_id``."""
+    counts: dict[str, int] = {name: 0 for name in schemas.SILVER}
+    counts["usable_calls"] = 0
+
+    def counted() -> Iterator[dict[str, pa.Table]]:
+        for piece in [pieces] if isinstance(pieces, dict) else pieces:
+            for name, table in piece.items():
+                counts[name] += table.num_rows
+            counts["usable_calls"] += piece["llm_calls"].column("reject_reason").null_count
+            yield piece
 
     def manifest(files: list[FileEntry]) -> SilverManifest:
         return SilverManifest(
@@ -432,4 +477,6 @@ def write_silver(wh: Warehouse, collection_id: str, tables: dict[str, pa.Table])
             files=files,
         )
 
-    return Storage(wh).replace_silver(collection_id, tables, manifest, _parquet_options)
+    return Storage(wh).replace_silver(
+        collection_id, counted(), manifest, _parquet_options, {"llm_calls": CALLS_ROW_GROUP}
+    )

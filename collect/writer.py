@@ -20,6 +20,12 @@ from tracebank.warehouse.records import FileEntry
 from tracebank.warehouse.storage import Storage
 
 BATCH_ROWS = 2048
+# A spans file is also cut at this much JSON text, so collect holds about one file's worth of
+# spans (plus one being written) however long the trajectories: token-id reprs make a
+# single proxied call tens of kilobytes.
+FILE_BYTES = 64 << 20
+# Files being written at once; a store that answers faster than Parquet encodes waits here.
+MAX_WRITES = 1
 
 _SPAN_JSON = frozenset(bronze.JSON_SPAN_FIELDS)
 
@@ -36,6 +42,7 @@ class _Columns:
     def __init__(self) -> None:
         self.lists: list[list[Any]] = [[] for _ in schemas.SPANS]
         self.rows = 0
+        self.bytes = 0
 
     def add(self, spans: list[dict[str, Any]], plain: bool) -> None:
         encode = fastjson.encoder(plain)
@@ -44,7 +51,9 @@ class _Columns:
             if name == "collection_id":
                 continue  # filled in by table()
             if name in _SPAN_JSON:
-                values.extend([encode(s.get(name)) for s in spans])
+                texts = [encode(s.get(name)) for s in spans]
+                self.bytes += sum(len(t) for t in texts if t is not None)
+                values.extend(texts)
             else:
                 values.extend([s.get(name) for s in spans])
         self.rows += len(spans)
@@ -58,6 +67,7 @@ class _Columns:
             arrays.append(pa.array(values, type=field.type))
         self.lists = [[] for _ in schemas.SPANS]
         self.rows = 0
+        self.bytes = 0
         return pa.Table.from_arrays(arrays, schema=schemas.SPANS)
 
 
@@ -87,11 +97,13 @@ class SpanFileWriter:
         self._pending = _Columns()
         self._tables: list[pa.Table] = []
         self._table_rows = 0
+        self._table_bytes = 0
         self._index = 0
         self._writes: list[asyncio.Task[None]] = []
 
     def _convert_pending(self) -> None:
         if self._pending.rows:
+            self._table_bytes += self._pending.bytes
             table = self._pending.table(self.collection_id)
             self._tables.append(table)
             self._table_rows += table.num_rows
@@ -101,7 +113,8 @@ class SpanFileWriter:
         once enough rows are waiting."""
         self._pending.add(spans, plain)
         self.rows += len(spans)
-        if self._table_rows + self._pending.rows >= self.rows_per_file:
+        full = self._table_rows + self._pending.rows >= self.rows_per_file
+        if full or self._table_bytes + self._pending.bytes >= FILE_BYTES:
             self._convert_pending()
             self._start_write()
         elif self._pending.rows >= BATCH_ROWS:
@@ -109,7 +122,7 @@ class SpanFileWriter:
 
     def _start_write(self) -> None:
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
-        self._tables, self._table_rows = [], 0
+        self._tables, self._table_rows, self._table_bytes = [], 0, 0
         name = f"spans-{self._index:04d}.parquet"
         self._index += 1
         self._writes.append(asyncio.ensure_future(self._write(name, table)))
@@ -117,6 +130,11 @@ class SpanFileWriter:
     async def _write(self, name: str, table: pa.Table) -> None:
         entry = await asyncio.to_thread(self.storage.write_table, self.folder, name, table, "spans")
         self.entries.append(entry)
+
+    async def drain(self) -> None:
+        """Wait while more than ``MAX_WRITES`` files are being written (keeps memory bounded)."""
+        while sum(not w.done() for w in self._writes) > MAX_WRITES:
+            await asyncio.wait([w for w in self._writes if not w.done()], return_when=asyncio.FIRST_COMPLETED)
 
     async def finish(self) -> list[FileEntry]:
         """Write what is left; wait for every file; return their manifest entries in file order."""

@@ -6,17 +6,22 @@ merged per trajectory) -> filters and selection -> Parquet files -> manifest.
 The version folder is reserved first and committed last; on any failure it
 is removed, and a reader never sees it in between (no manifest yet).
 
-Speed: everything up to the selection moves only small per-call columns; the
-token lists are read from the silver cache on a helper thread meanwhile and
-copied once, straight into each split's final row order (``transform.rows``,
-``transform.writer``). Nothing here imports pandas (see ``transform.arrowutil``).
+Memory and speed: everything up to the selection moves only small per-call
+columns (tens of bytes a call); the token lists are read from the silver cache
+a row group at a time on a helper thread meanwhile, into scratch files
+(``transform.spill``), and copied once, a piece at a time, straight into each
+split's final row order (``transform.rows``, ``transform.writer``). So memory
+does not grow with the number of tokens. Nothing here imports pandas (see
+``transform.arrowutil``). ``transform.ray_engine`` runs the same plan with the
+silver caches and the row writing on a Ray cluster.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from importlib import metadata
@@ -26,19 +31,22 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from tracebank.transform import memory
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import (
     EmptyDatasetError,
     NoCollectionsError,
     SilverMissingError,
     TransformError,
+    TransformUsageError,
 )
-from tracebank.transform.manifest import content_hash, rows_digest, source_hash, stats, summary_line
-from tracebank.transform.provenance import identical_version, served_models, with_metadata
-from tracebank.transform.rows import CallTokens, build_rows
+from tracebank.transform.manifest import content_hash, source_hash, stats, summary_line
+from tracebank.transform.provenance import identical_version, served_models
+from tracebank.transform.rows import CallTokens, RowTokens, build_rows
 from tracebank.transform.select import rollout_scores, select_rows
+from tracebank.transform.spill import TokenSpill
 from tracebank.transform.triplets import CallCounts, rewarded_calls
-from tracebank.transform.writer import split_table, write_split
+from tracebank.transform.writer import WrittenSplit, write_split
 from tracebank.warehouse import schemas
 from tracebank.warehouse.arrowutil import arrow_ints
 from tracebank.warehouse.catalog import DatasetRef
@@ -128,42 +136,56 @@ def _bronze(
     return read_table(files, columns=columns, schema=pa.schema([schema.field(c) for c in columns]))
 
 
-Inputs = tuple[pl.DataFrame, Future[CallTokens], pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, int]]
+@dataclass
+class Inputs:
+    """The small per-call columns of the chosen collections, and where their token lists are.
 
-
-def load_inputs(
-    wh: Warehouse, chosen: list[tuple[str, CollectionManifest]], pool: ThreadPoolExecutor
-) -> Inputs:
-    """(calls, their tokens, rewards, attempts, rollouts, silver counts).
-
-    ``calls`` holds the small per-call columns and ``tok``, the call's index in the
-    token lists, which stay flat in ``CallTokens`` until rows are materialised.
-    Token lists are read from the silver caches on ``pool`` while the rows are
-    planned (planning never looks at them).
+    ``calls`` carries ``tok``, the call's index in load order (collection by
+    collection, silver row by silver row); ``token_parts`` read each
+    collection's token lists a few hundred rows at a time, in that order.
     """
+
+    calls: pl.DataFrame
+    rewards: pl.DataFrame
+    attempts: pl.DataFrame
+    rollouts: pl.DataFrame
+    silver_counts: dict[str, int]
+    token_parts: list[Callable[[], Iterator[pa.RecordBatch]]]
+    per_collection: list[int]
+
+    @property
+    def loaded(self) -> int:
+        return sum(self.per_collection)
+
+
+def load_inputs(wh: Warehouse, chosen: list[tuple[str, CollectionManifest]]) -> Inputs:
+    """The chosen collections' small columns, from their silver caches (which collect builds)."""
     calls, rewards, attempts, rollouts = [], [], [], []
-    token_parts: list[Callable[[], pa.Table]] = []
+    token_parts: list[Callable[[], Iterator[pa.RecordBatch]]] = []
+    per_collection: list[int] = []
     storage = Storage(wh)
     loaded = 0
     for order, (cid, manifest) in enumerate(chosen):
         require_silver(storage, cid)
         c = storage.silver_table(cid, "llm_calls", CALL_COLUMNS)
         r = storage.silver_table(cid, "rewards", REWARD_COLUMNS)
-        token_parts.append(partial(storage.silver_table, cid, "llm_calls", TOKEN_COLUMNS))
+        token_parts.append(partial(storage.silver_batches, cid, "llm_calls", TOKEN_COLUMNS))
         c = c.append_column("tok", arrow_ints(np.arange(loaded, loaded + c.num_rows, dtype=np.int64)))
         loaded += c.num_rows
+        per_collection.append(c.num_rows)
         calls.append(c.append_column("source_order", arrow_ints(np.full(c.num_rows, order, np.int32))))
         rewards.append(r.append_column("source_order", arrow_ints(np.full(r.num_rows, order, np.int32))))
         attempts.append(_bronze(wh, cid, manifest, "attempts", ["rollout_id", "attempt_id", "sequence_id"]))
         rollouts.append(_bronze(wh, cid, manifest, "rollouts", ["rollout_id", "input"]))
-    tokens = pool.submit(_load_tokens, token_parts, loaded)
-    call_frame = pl.from_arrow(pa.concat_tables(calls, promote_options="permissive"))
-    reward_frame = pl.from_arrow(pa.concat_tables(rewards, promote_options="permissive"))
-    attempt_frame = pl.from_arrow(pa.concat_tables(attempts))
-    rollout_frame = pl.from_arrow(pa.concat_tables(rollouts))
-    assert isinstance(call_frame, pl.DataFrame) and isinstance(reward_frame, pl.DataFrame)
-    assert isinstance(attempt_frame, pl.DataFrame) and isinstance(rollout_frame, pl.DataFrame)
-    return call_frame, tokens, reward_frame, attempt_frame, rollout_frame, {"cached": len(chosen)}
+    frames = [
+        pl.from_arrow(pa.concat_tables(parts, promote_options="permissive"))
+        for parts in (calls, rewards, attempts, rollouts)
+    ]
+    calls_f, rewards_f, attempts_f, rollouts_f = frames
+    assert isinstance(calls_f, pl.DataFrame) and isinstance(rewards_f, pl.DataFrame)
+    assert isinstance(attempts_f, pl.DataFrame) and isinstance(rollouts_f, pl.DataFrame)
+    counts = {"cached": len(chosen)}
+    return Inputs(calls_f, rewards_f, attempts_f, rollouts_f, counts, token_parts, per_collection)
 
 
 def require_silver(storage: Storage, collection_id: str) -> None:
@@ -176,13 +198,34 @@ def require_silver(storage: Storage, collection_id: str) -> None:
         )
 
 
-def _load_tokens(parts: list[Callable[[], pa.Table]], expected: int) -> CallTokens:
-    tables = [part() for part in parts]
-    if sum(t.num_rows for t in tables) != expected:
+def spill_tokens(
+    parts: list[Callable[[], Iterator[pa.RecordBatch]]], expected: int, spill: TokenSpill
+) -> CallTokens:
+    """Read every part's token lists into ``spill``; the tokens of all ``expected`` calls."""
+    try:
+        for part in parts:
+            for batch in part():
+                spill.append(batch.column("prompt_token_ids"), batch.column("response_token_ids"))
+    finally:
+        spill.close()
+    if spill.calls != expected:
         raise TransformError("a silver cache changed while it was read", "run the transform again")
-    return CallTokens.from_arrow(
-        [t.column("prompt_token_ids") for t in tables], [t.column("response_token_ids") for t in tables]
-    )
+    return spill.finish()
+
+
+SplitWriter = Callable[[Storage, Path, str, pl.DataFrame, RowTokens, dict[str, Any]], WrittenSplit]
+
+
+def _local_writer(
+    storage: Storage,
+    folder: Path,
+    split: str,
+    frame: pl.DataFrame,
+    source: RowTokens,
+    provenance: dict[str, Any],
+) -> WrittenSplit:
+    # Looked up at call time, so a test can replace builder.write_split.
+    return write_split(storage, folder, split, frame, source, provenance=provenance)
 
 
 def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
@@ -195,36 +238,69 @@ def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
 
         version, folder, manifest = build_agl1_version(wh, config, chosen)
         return TransformResult(DatasetRef(config.name, version), folder, manifest)
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="transform-io") as pool:
-        calls, tokens, rewards, attempts, rollouts, silver_counts = load_inputs(wh, chosen, pool)
-        return _build(wh, config, chosen, calls, tokens, rewards, attempts, rollouts, silver_counts)
+    memory.fix_mmap_threshold()
+    with (
+        tempfile.TemporaryDirectory(prefix="tracebank-transform-") as scratch,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="transform-io") as pool,
+    ):
+        inputs = load_inputs(wh, chosen)
+        memory.release()
+        tokens = pool.submit(spill_tokens, inputs.token_parts, inputs.loaded, TokenSpill(Path(scratch)))
+        return build_version(wh, config, chosen, inputs, tokens.result, _local_writer)
 
 
-def _build(
+ENGINES = ("local", "ray")
+
+
+def run_transform(
+    wh: Warehouse, config: TransformConfig, engine: str = "local", address: str | None = None
+) -> TransformResult:
+    """``transform`` on the chosen engine (``ray``: Ray Data jobs on the cluster at ``address``)."""
+    if engine not in ENGINES:
+        raise TransformUsageError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "local":
+        if address is not None:
+            raise TransformUsageError("--address only applies to --engine ray")
+        return transform(wh, config)
+    try:
+        from tracebank.transform.ray_engine import transform_ray
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("ray"):
+            raise
+        raise TransformUsageError(
+            "--engine ray needs Ray", "install it with `pip install 'tracebank[ray]'`"
+        ) from exc
+    return transform_ray(wh, config, address)
+
+
+def build_version(
     wh: Warehouse,
     config: TransformConfig,
     chosen: list[tuple[str, CollectionManifest]],
-    calls: pl.DataFrame,
-    tokens: Future[CallTokens],
-    rewards: pl.DataFrame,
-    attempts: pl.DataFrame,
-    rollouts: pl.DataFrame,
-    silver_counts: dict[str, int],
+    inputs: Inputs,
+    tokens: Callable[[], CallTokens],
+    write: SplitWriter,
 ) -> TransformResult:
+    """Plan, select and commit the version; ``write`` turns each split's planned rows into files.
 
+    ``tokens`` is only called when rows are materialised on this process
+    (``--merge trajectory``, ``--dedup``, or a ``write`` that does it here).
+    """
+    calls, rewards, attempts, rollouts = inputs.calls, inputs.rewards, inputs.attempts, inputs.rollouts
     call_counts = CallCounts()
     rewarded = rewarded_calls(calls, rewards, attempts, call_counts)
     rewarded = rewarded.sort(["rollout_id", "call_index"])
-    rows, source, merge_stats = build_rows(rewarded, tokens.result, merge=config.merge == "trajectory")
+    rows, source, merge_stats = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
     # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
     rows = rows.sort(["rollout_id", "call_index"], descending=[False, True])
     tasks = rollouts.unique("rollout_id", keep="last").select("rollout_id", pl.col("input").alias("task"))
     scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
     train, validation, select_counts = select_rows(rows, scores, config, source)
+    memory.release()
 
     counts: dict[str, Any] = {
         "collections": len(chosen),
-        "silver": silver_counts,
+        "silver": inputs.silver_counts,
         **call_counts.as_dict(),
         "merged": merge_stats,
         **select_counts.as_dict(),
@@ -238,32 +314,33 @@ def _build(
         )
 
     sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
-    tables, digests, max_ids = {}, [], []
-    for split, frame in (("train", train), ("validation", validation)):
-        if frame.height == 0:
-            continue
-        tables[split], max_id = split_table(frame, source)
-        digests.append({"split": split, "rows": frame.height, "digest": rows_digest(tables[split])})
-        max_ids.append(max_id)
-    hashed = content_hash(config, sources, digests)
-    same = None if config.force else identical_version(wh, config.name, hashed)
-    if same is not None:
-        folder, existing = same
-        return TransformResult(DatasetRef(config.name, existing.version), folder, existing, identical=True)
     storage = Storage(wh)
     version, folder = storage.reserve_version(config.name)
+    # The content hash is known only once the rows are written (they stream, a piece at a
+    # time), so the files name their version, not the hash; the manifest holds the hash.
     provenance = {
         "dataset": config.name,
         "version": version,
-        "content_hash": hashed,
         "tracebank_version": tracebank_version(),
         "served_models": served_models(config, chosen) or None,
     }
     try:
-        files = []
-        for split, table in tables.items():
-            stamped = with_metadata(table, {**provenance, "split": split})
-            files.append(write_split(storage, folder, split, stamped))
+        files, digests, max_ids = [], [], []
+        for split, frame in (("train", train), ("validation", validation)):
+            if frame.height == 0:
+                continue
+            written = write(storage, folder, split, frame, source, provenance)
+            files += written.entries
+            digests.append({"split": split, "rows": frame.height, "digest": written.digest})
+            max_ids.append(written.max_token_id)
+        hashed = content_hash(config, sources, digests)
+        same = None if config.force else identical_version(wh, config.name, hashed)
+        if same is not None:
+            storage.abandon_version(folder)  # nothing of an identical version is committed
+            existing_folder, existing = same
+            return TransformResult(
+                DatasetRef(config.name, existing.version), existing_folder, existing, identical=True
+            )
         st = stats({"train": train, "validation": validation}, max_ids)
         manifest = DatasetManifest(
             name=config.name,

@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from tracebank.transform.config import TransformConfig
 from tracebank.warehouse import catalog
 from tracebank.warehouse.layout import Warehouse
@@ -28,15 +27,15 @@ def served_models(config: TransformConfig, chosen: list[tuple[str, CollectionMan
     return sorted({str(r["model"]) for r in rounds if isinstance(r, dict) and r.get("model")})
 
 
-def with_metadata(table: pa.Table, fields: dict[str, Any]) -> pa.Table:
-    """``table`` whose schema carries ``fields`` as ``tracebank.*`` key-value metadata."""
-    meta = dict(table.schema.metadata or {})
+def metadata_fields(fields: dict[str, Any]) -> dict[bytes, bytes]:
+    """``fields`` as ``tracebank.*`` Parquet key-value metadata (None values left out)."""
+    meta: dict[bytes, bytes] = {}
     for key, value in fields.items():
         if value is None:
             continue
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         meta[(PREFIX + key).encode()] = text.encode()
-    return table.replace_schema_metadata(meta)
+    return meta
 
 
 def identical_version(wh: Warehouse, name: str, content_hash: str) -> tuple[Path, DatasetManifest] | None:

@@ -18,8 +18,11 @@ by :meth:`RowTokens.materialize`, straight into the final order of a split.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,61 +37,111 @@ _MAX_OFFSET = 2**31 - 1
 
 @dataclass(frozen=True)
 class CallTokens:
-    """Prompt and response ids of every loaded call, flat; call ``k`` is addressed by its ``tok`` index."""
+    """Prompt and response ids of every loaded call, flat; call ``k`` is addressed by its ``tok`` index.
 
-    prompt_values: np.ndarray
+    The values live in memory or, for a warehouse of any size, in two scratch
+    files (``transform.spill``) read a row at a time while a piece of rows is
+    copied out of them, so the transform's memory does not grow with the token count.
+    """
+
     prompt_offsets: np.ndarray
-    response_values: np.ndarray
     response_offsets: np.ndarray
-
-    @staticmethod
-    def _flat(parts: list[pa.ChunkedArray | pa.Array]) -> tuple[np.ndarray, np.ndarray]:
-        values, offsets, base = [], [np.zeros(1, np.int64)], 0
-        for part in parts:
-            arrays = part.chunks if isinstance(part, pa.ChunkedArray) else [part]
-            for arr in arrays:
-                if len(arr) == 0:
-                    continue
-                off = numpy_view(arr.offsets).astype(np.int64)
-                vals = numpy_view(arr.values)
-                values.append(vals[off[0] : off[-1]])
-                offsets.append(off[1:] - off[0] + base)
-                base += int(off[-1] - off[0])
-        flat = (
-            values[0] if len(values) == 1 else (np.concatenate(values) if values else np.zeros(0, np.int32))
-        )
-        return flat, np.concatenate(offsets)
+    prompt_values: np.ndarray | None = None
+    response_values: np.ndarray | None = None
+    prompt_path: Path | None = None
+    response_path: Path | None = None
 
     @classmethod
     def from_arrow(
         cls, prompts: list[pa.ChunkedArray | pa.Array], responses: list[pa.ChunkedArray | pa.Array]
     ) -> CallTokens:
-        """From the list columns of each loaded table, in load order (a null list reads as empty)."""
-        pv, po = cls._flat(prompts)
-        rv, ro = cls._flat(responses)
-        return cls(pv, po, rv, ro)
+        """In memory, from each loaded table's list columns, in load order (a null list reads as empty)."""
+        pv, po = flat_lists(prompts)
+        rv, ro = flat_lists(responses)
+        return cls(po, ro, pv, rv)
+
+    @contextmanager
+    def values(self) -> Iterator[tuple[Any, Any]]:
+        """(prompt values, response values): arrays, or readers of the scratch files whose
+        slices read just those values (``values[a:b]`` is all that callers use)."""
+        if self.prompt_values is not None and self.response_values is not None:
+            yield self.prompt_values, self.response_values
+            return
+        assert self.prompt_path is not None and self.response_path is not None
+        with FileInts(self.prompt_path) as pv, FileInts(self.response_path) as rv:
+            yield pv, rv
 
     def lists(self, tok: np.ndarray) -> tuple[pa.Array, pa.Array]:
         """(prompt, response) list arrays of calls ``tok`` (only used by the merge check)."""
         out = []
-        for values, offsets in (
-            (self.prompt_values, self.prompt_offsets),
-            (self.response_values, self.response_offsets),
-        ):
-            lo, hi = offsets[tok], offsets[tok + 1]
-            new_off = np.zeros(len(tok) + 1, np.int64)
-            np.cumsum(hi - lo, out=new_off[1:])
-            vals = (
-                np.concatenate([values[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)])
-                if len(tok)
-                else np.zeros(0, np.int32)
-            )
-            out.append(
-                pa.LargeListArray.from_arrays(
-                    arrow_ints(new_off), arrow_ints(vals.astype(np.int32, copy=False))
+        with self.values() as (pv, rv):
+            for values, offsets in ((pv, self.prompt_offsets), (rv, self.response_offsets)):
+                lo, hi = offsets[tok], offsets[tok + 1]
+                new_off = np.zeros(len(tok) + 1, np.int64)
+                np.cumsum(hi - lo, out=new_off[1:])
+                vals = (
+                    np.concatenate([values[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)])
+                    if len(tok)
+                    else np.zeros(0, np.int32)
                 )
-            )
+                out.append(
+                    pa.LargeListArray.from_arrays(
+                        arrow_ints(new_off), arrow_ints(vals.astype(np.int32, copy=False))
+                    )
+                )
         return out[0], out[1]
+
+
+class FileInts:
+    """A file of little-endian int32 values, sliced with ``[a:b]`` by positioned reads.
+
+    Not a memory map: rows are read in a random order, and the pages a map would
+    fault in around each one (the kernel's fault-around and read-ahead) count as
+    this process's memory, several hundred MB for a piece of rows from a large file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __enter__(self) -> FileInts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+    def __getitem__(self, part: slice) -> np.ndarray:
+        start, stop = int(part.start), int(part.stop)
+        data = os.pread(self.fd, 4 * (stop - start), 4 * start)
+        if len(data) != 4 * (stop - start):
+            raise TransformError(
+                "a transform scratch file is shorter than expected", "run the transform again"
+            )
+        return np.frombuffer(data, "<i4")
+
+
+def flat_lists(parts: list[pa.ChunkedArray | pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets) of list arrays laid end to end (a null list reads as empty)."""
+    values, offsets = flat_pieces(parts, 0)
+    flat = values[0] if len(values) == 1 else (np.concatenate(values) if values else np.zeros(0, np.int32))
+    return flat, np.concatenate([np.zeros(1, np.int64), *offsets])
+
+
+def flat_pieces(
+    parts: list[pa.ChunkedArray | pa.Array], base: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Value slices and end offsets (from ``base``) of list arrays, without copying the values."""
+    values, offsets = [], []
+    for part in parts:
+        arrays = part.chunks if isinstance(part, pa.ChunkedArray) else [part]
+        for arr in arrays:
+            if len(arr) == 0:
+                continue
+            off = numpy_view(arr.offsets).astype(np.int64)
+            vals = numpy_view(arr.values)
+            values.append(vals[off[0] : off[-1]])
+            offsets.append(off[1:] - off[0] + base)
+            base += int(off[-1] - off[0])
+    return values, offsets
 
 
 def _chains(
@@ -148,7 +201,12 @@ class RowTokens:
         first = rows.get_column("first").to_numpy()
         last = rows.get_column("last").to_numpy()
         t = self.tokens()
-        pv, rv = t.prompt_values, t.response_values
+        with t.values() as (pv, rv):
+            return self._copy(first, last, t, pv, rv)
+
+    def _copy(
+        self, first: np.ndarray, last: np.ndarray, t: CallTokens, pv: Any, rv: Any
+    ) -> tuple[pa.Array, pa.Array, pa.Array, int | None]:
         po, ro = t.prompt_offsets.tolist(), t.response_offsets.tolist()
         tok = self.tok.tolist()
         plen = self.prompt_len.tolist()

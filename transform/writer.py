@@ -1,18 +1,24 @@
-"""Writing one split: rows materialised once, encoded in memory, committed atomically.
+"""Writing one split: rows materialised once, a piece at a time, committed atomically.
 
-Encoding Parquet is the largest single cost of a warm transform (about half
-of it; pyarrow encodes a file's columns one after another). The split is
-encoded into memory, hashed for the manifest from there and written with the
-commit protocol, so the file is never read back.
+The split's rows are copied out of the token lists, encoded and written one
+piece (about ``PIECE_TOKENS`` tokens, one Parquet row group) after another,
+so memory does not grow with the split. The file is hashed for the manifest
+as it is written and the rows digest fed piece by piece (it does not depend on
+the cut), so nothing is read back.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
+from tracebank.transform import memory
+from tracebank.transform.manifest import RowsDigest
+from tracebank.transform.provenance import metadata_fields
 from tracebank.transform.rows import RowTokens
 from tracebank.warehouse import schemas
 from tracebank.warehouse.records import FileEntry
@@ -45,6 +51,20 @@ PARQUET_OPTIONS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class WrittenSplit:
+    """A written split: its files' manifest entries, content digest and largest input id."""
+
+    entries: list[FileEntry]
+    digest: str
+    max_token_id: int | None
+
+
+def encode(table: pa.Table) -> pa.Buffer:
+    """``table`` as Parquet bytes (see PARQUET_OPTIONS), for a version built whole in memory."""
+    return encode_parquet(table, **PARQUET_OPTIONS)
+
+
 def split_table(frame: pl.DataFrame, source: RowTokens) -> tuple[pa.Table, int | None]:
     """The Parquet table of ``frame``'s rows (materialised in its order) and their largest id."""
     input_ids, attention_mask, labels, max_id = source.materialize(frame)
@@ -58,13 +78,47 @@ def split_table(frame: pl.DataFrame, source: RowTokens) -> tuple[pa.Table, int |
     return pa.table(columns), max_id
 
 
-def encode(table: pa.Table) -> pa.Buffer:
-    """``table`` as Parquet bytes (see PARQUET_OPTIONS)."""
-    return encode_parquet(table, **PARQUET_OPTIONS)
+# Rows are copied out and encoded a piece at a time (one Parquet row group each), so
+# memory follows the piece, not the split.
+PIECE_TOKENS = 4_000_000
 
 
-def write_split(storage: Storage, folder: Path, split: str, table: pa.Table) -> FileEntry:
-    """Write a split's materialised rows to ``folder/<split>.parquet`` (one file, atomically)."""
-    entry = storage.write_buffer(folder, f"{split}.parquet", encode(table), table.num_rows, "dataset_rows")
-    entry.split = split
-    return entry
+def pieces(frame: pl.DataFrame, budget: int | None = None) -> list[pl.DataFrame]:
+    """``frame`` cut into consecutive slices of about ``budget`` tokens (at least one row each)."""
+    budget = budget or PIECE_TOKENS
+    if frame.height == 0:
+        return []
+    ends = np.cumsum(frame.get_column("length").to_numpy())
+    cuts = np.searchsorted(ends, np.arange(budget, int(ends[-1]), budget), side="left") + 1
+    bounds = [0, *sorted(set(int(c) for c in cuts if 0 < c < frame.height)), frame.height]
+    return [frame.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def write_split(
+    storage: Storage,
+    folder: Path,
+    split: str,
+    frame: pl.DataFrame,
+    source: RowTokens,
+    name: str | None = None,
+    provenance: dict[str, Any] | None = None,
+) -> WrittenSplit:
+    """Materialise ``frame``'s rows into ``folder/name`` (default ``<split>.parquet``), one
+    Parquet file written a piece at a time; ``provenance`` goes into its key-value metadata."""
+    name = name or f"{split}.parquet"
+    digest = RowsDigest()
+    max_ids: list[int] = []
+    schema = pa.schema(list(schemas.DATASET_ROWS) + EXTRA_FIELDS)
+    schema = schema.with_metadata(metadata_fields({**(provenance or {}), "split": split}))
+    with storage.parquet_stream(folder, name, "dataset_rows", schema, **PARQUET_OPTIONS) as out:
+        for piece in pieces(frame):
+            table, max_id = split_table(piece, source)
+            out.write(table.cast(schema), row_group_size=table.num_rows)
+            digest.update(table)
+            if max_id is not None:
+                max_ids.append(max_id)
+            del table
+            memory.release()
+    assert out.entry is not None
+    out.entry.split = split
+    return WrittenSplit([out.entry], digest.hexdigest(), max(max_ids) if max_ids else None)

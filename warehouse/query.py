@@ -28,6 +28,7 @@ TABLES = (
     "rollouts",
     "attempts",
     "spans",
+    "events",
     "llm_calls",
     "rewards",
     "messages",

@@ -15,14 +15,17 @@ could claim a name) without changing a caller.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import io
 import json
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -146,6 +149,36 @@ def encode_parquet(table: pa.Table, **options: Any) -> pa.Buffer:
     return sink.getvalue()
 
 
+class _HashingFile(io.RawIOBase):
+    """A write-only file that also feeds sha256, so a streamed file needs no read back."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.fh.write(view)
+        self.sha.update(view)
+        self.size += view.nbytes
+        return view.nbytes
+
+
+class ParquetStream:
+    """One Parquet file being written by :meth:`Storage.parquet_stream`."""
+
+    def __init__(self, writer: pq.ParquetWriter, table_name: str) -> None:
+        self.writer, self.table_name, self.rows = writer, table_name, 0
+        self.entry: FileEntry | None = None
+
+    def write(self, table: pa.Table, row_group_size: int | None = None) -> None:
+        """Append ``table``'s rows (one or more row groups)."""
+        self.writer.write_table(table, row_group_size=row_group_size)
+        self.rows += table.num_rows
+
+
 @dataclass(frozen=True)
 class Storage:
     """Every read and transition of committed data in one warehouse."""
@@ -173,6 +206,15 @@ class Storage:
         if manifest is None or manifest.silver_version != SILVER_VERSION:
             return None
         return manifest
+
+    def silver_batches(self, collection_id: str, table: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        """One table of a current silver cache, a few hundred rows at a time (memory: a batch)."""
+        manifest = self.current_silver(collection_id)
+        if manifest is None:
+            raise WarehouseError(f"silver cache of {collection_id} is missing or stale")
+        yield from iter_batches(
+            files_of(self.wh.silver_collection_dir(collection_id), manifest, table), columns, 256
+        )
 
     def silver_table(self, collection_id: str, table: str, columns: list[str] | None = None) -> pa.Table:
         """One table of a current silver cache (see :meth:`current_silver`; the caller checked it)."""
@@ -289,26 +331,64 @@ class Storage:
         shutil.rmtree(folder, ignore_errors=True)
 
     def replace_silver(
-        self, collection_id: str, tables: dict[str, pa.Table], make: Any, options: Any = None
+        self,
+        collection_id: str,
+        tables: dict[str, pa.Table] | Iterable[dict[str, pa.Table]],
+        make: Any,
+        options: Any = None,
+        row_groups: dict[str, int] | None = None,
     ) -> SilverManifest:
-        """Commit ``tables`` as the silver cache of ``collection_id``, replacing the previous one.
+        """Commit silver tables as the cache of ``collection_id``, replacing the previous one.
 
-        ``make(files)`` builds the manifest from the written file entries; ``options(table)``
-        gives each file's Parquet options. Files get a fresh build suffix, so the previous
-        cache stays readable until the new manifest replaces it; its files stay after that for
+        ``tables`` is one dict of tables, or an iterable of such dicts (pieces of each
+        table, in order, streamed into one file per table so memory follows a piece);
+        ``make(files)`` builds the manifest from the written file entries;
+        ``options(table)`` gives each file's Parquet options and ``row_groups`` a
+        table's row-group size. Files get a fresh build suffix, so the previous cache
+        stays readable until the new manifest replaces it; its files stay after that for
         readers that read the old manifest a moment ago, until `tracebank gc` (after its --min-age).
         """
         folder = self.wh.silver_collection_dir(collection_id)
         build = uuid.uuid4().hex[:8]
-        files = [
-            self.write_table(
-                folder, f"{name}-{build}.parquet", table, name, **(options(table) if options else {})
-            )
-            for name, table in tables.items()
-        ]
-        manifest: SilverManifest = make(files)
+        pieces = [tables] if isinstance(tables, dict) else tables
+        streams: dict[str, ParquetStream] = {}
+        with contextlib.ExitStack() as stack:
+            for piece in pieces:
+                for name, table in piece.items():
+                    if name not in streams:
+                        streams[name] = stack.enter_context(
+                            self.parquet_stream(
+                                folder,
+                                f"{name}-{build}.parquet",
+                                name,
+                                table.schema,
+                                **(options(table) if options else {}),
+                            )
+                        )
+                    streams[name].write(table, (row_groups or {}).get(name))
+        manifest: SilverManifest = make([s.entry for s in streams.values()])
         self._commit(folder, manifest)
         return manifest
+
+    @contextlib.contextmanager
+    def parquet_stream(
+        self, folder: Path, name: str, table_name: str, schema: pa.Schema, **options: Any
+    ) -> Iterator[ParquetStream]:
+        """Write ``folder/name`` a table at a time (not yet visible: no manifest lists it).
+
+        The file is hashed as it is written and renamed into place when the block
+        ends without an error; ``stream.entry`` is then its manifest entry.
+        """
+        with commit.atomic_path(folder / name) as tmp, open(tmp, "wb") as fh:
+            sink = _HashingFile(fh)
+            stream = ParquetStream(pq.ParquetWriter(sink, schema, **options), table_name)
+            try:
+                yield stream
+            finally:
+                stream.writer.close()
+        stream.entry = FileEntry(
+            table=table_name, path=name, bytes=sink.size, sha256=sink.sha.hexdigest(), rows=stream.rows
+        )
 
     def start_run(self, record: RunRecord) -> Path:
         """Create a run's folder (its id must be new), its record and an empty metrics file."""

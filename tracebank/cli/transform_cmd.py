@@ -53,9 +53,28 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
 @config_option(Agl1Limits, "max_response_length", "--agl1-max-response-length")
 @config_option(Agl1Limits, "max_total_length", "--agl1-max-total-length")
 @config_option(Agl1Limits, "reward_fillna_value", "--agl1-reward-fillna")
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: this process; ray: Ray Data jobs on a cluster (same version, same content hash).",
+)
+@click.option(
+    "--address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Ray cluster to join with --engine ray (default: $RAY_ADDRESS, else a local Ray).",
+)
 @pass_warehouse
 def transform(
-    wh: Any, name: str | None, collections: tuple[str, ...], rebuild_silver: bool, **options: Any
+    wh: Any,
+    name: str | None,
+    collections: tuple[str, ...],
+    rebuild_silver: bool,
+    engine: str,
+    address: str | None,
+    **options: Any,
 ) -> None:
     """Build the next version of a dataset (--dataset NAME) from collected spans.
 
@@ -64,7 +83,7 @@ def transform(
     collections' silver tables are built first where missing or stale.
     """
     from tracebank.collect import build_silver
-    from tracebank.transform import transform as run
+    from tracebank.transform import run_transform
     from tracebank.transform.builder import choose_collections
 
     name = name or click.get_current_context().meta.get("tracebank.dataset_alias")
@@ -76,7 +95,7 @@ def transform(
     config.validate()
     chosen = tuple(cid for cid, _ in choose_collections(wh, config.collections))
     build_silver(wh, chosen, force=rebuild_silver)
-    click.echo(run(wh, config).summary())
+    click.echo(run_transform(wh, config, engine=engine, address=address).summary())
 
 
 @click.group()

@@ -1,0 +1,102 @@
+"""`transform --engine ray` on a real local Ray cluster: the same version as the local engine."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from tracebank.transform import TransformConfig, run_transform, transform, writer
+from tracebank.transform.errors import TransformUsageError
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.storage import verify_hashes
+
+from tests.fixtures.bronze import commit_collection, synthetic_rollouts
+from tests.transform.oracle import scenario
+
+
+@pytest.fixture
+def two_collections(tmp_path):
+    wh = Warehouse(tmp_path / "warehouse").init()
+    spans, rollouts = synthetic_rollouts(30, seed=11, calls=(2, 5), tasks=6)
+    commit_collection(wh, spans, rollouts=rollouts, collection_id="c1", span_file_rows=40)
+    sc = scenario(seed=3, n_random=12)
+    commit_collection(wh, sc.spans, rollouts=sc.rollouts(), attempts=sc.attempts, collection_id="c2")
+    return wh
+
+
+def _rows(result):
+    return [
+        row
+        for f in result.manifest["files"]
+        for row in pq.read_table(result.folder / f["path"]).to_pylist()
+        if f["split"] == "train"
+    ]
+
+
+def test_ray_engine_commits_the_local_engines_version(two_collections, ray_address, monkeypatch):
+    wh = two_collections
+    config = TransformConfig(name="ds", val_fraction=0.25, top_fraction=0.8, seed=5)
+    # Several pieces per split, each written by a worker.
+    monkeypatch.setattr(writer, "PIECE_TOKENS", 20_000)
+    on_ray = run_transform(wh, config, engine="ray", address=ray_address)
+    local = transform(wh, config)
+    assert on_ray.manifest["counts"]["silver"] == local.manifest["counts"]["silver"] == {"cached": 2}
+    assert on_ray.manifest["content_hash"] == local.manifest["content_hash"]
+    assert on_ray.manifest["stats"] == local.manifest["stats"]
+    pieces = [f for f in on_ray.manifest["files"] if f["split"] == "train"]
+    assert len(pieces) > 2 and pieces[0]["path"] == "train-00000.parquet"
+    verify_hashes(on_ray.folder, on_ray.record)
+    assert _rows(on_ray) == _rows(local)
+    assert not list(wh.tmp_dir.iterdir()), "the scratch folder is removed"
+
+
+@pytest.mark.parametrize("options", [{"merge": "trajectory"}, {"dedup": True, "per_task": 1}])
+def test_options_that_read_tokens_on_the_driver(two_collections, ray_address, options):
+    config = TransformConfig(name="opt", **options)
+    local = transform(two_collections, config)
+    on_ray = run_transform(two_collections, config, engine="ray", address=ray_address)
+    assert on_ray.manifest["content_hash"] == local.manifest["content_hash"]
+
+
+def test_address_without_ray_engine_is_a_usage_error(wh):
+    with pytest.raises(TransformUsageError, match="--address only applies to --engine ray"):
+        run_transform(wh, TransformConfig(name="x"), address="127.0.0.1:1")
+
+
+def _cli(wh, *args):
+    from click.testing import CliRunner
+
+    from tracebank.cli.main import cli
+
+    return CliRunner().invoke(cli, ["--warehouse", str(wh.root), *args])
+
+
+def test_cli_engine_ray_prints_the_local_summary(two_collections, ray_address):
+    local = _cli(two_collections, "transform", "--name", "a")
+    on_ray = _cli(two_collections, "transform", "--name", "b", "--engine", "ray", "--address", ray_address)
+    assert local.exit_code == 0 and on_ray.exit_code == 0, on_ray.output
+    assert on_ray.output == local.output.replace("wrote a@v1", "wrote b@v1")
+
+
+def test_cli_address_without_ray_engine_is_one_line(two_collections):
+    out = _cli(two_collections, "transform", "--name", "a", "--address", "127.0.0.1:1")
+    assert out.exit_code == 2
+    assert out.output.splitlines()[0] == "Error: --address only applies to --engine ray"
+
+
+def test_two_engines_writing_the_same_name_at_once_get_distinct_versions(two_collections, ray_address):
+    import threading
+
+    results: dict[str, object] = {}
+
+    def run(engine: str) -> None:
+        address = ray_address if engine == "ray" else None
+        results[engine] = run_transform(two_collections, TransformConfig(name="same"), engine, address)
+
+    threads = [threading.Thread(target=run, args=(e,)) for e in ("local", "ray")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    local, on_ray = results["local"], results["ray"]
+    assert {local.ref.version, on_ray.ref.version} == {1, 2}  # type: ignore[attr-defined]
+    assert local.manifest["content_hash"] == on_ray.manifest["content_hash"]  # type: ignore[attr-defined]

@@ -1,0 +1,266 @@
+"""`transform --engine ray`: the same transform as Ray Data jobs over the same warehouse files.
+
+Three steps, the outer two on the cluster:
+
+1. per collection, in parallel (one Ray Data job): spill the collection's token
+   lists from its silver cache (which collect built) into a scratch folder every
+   node sees (``transform.spill``); only the offsets come back;
+2. on the driver: plan and select the rows from the small per-call columns,
+   exactly as the local engine does (``builder.build_version``);
+3. per piece of each split, in parallel (a second job): a worker gathers the
+   piece's calls from the scratch files, copies out its rows and writes them as
+   one Parquet file of the version.
+
+The driver then reads the pieces back in order to compute the rows digest
+(the same one the local engine computes while writing), so the version's
+content hash is the local engine's for the same inputs and options, and it
+commits the manifest last as always. Ray is imported only here, inside
+functions (it is an optional extra).
+
+The warehouse and the scratch folder must be reachable under the same path
+from every node (one machine, or a shared filesystem).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import pickle
+import shutil
+import uuid
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+from tracebank.transform.builder import (
+    TOKEN_COLUMNS,
+    TransformResult,
+    build_version,
+    choose_collections,
+    load_inputs,
+    require_silver,
+    spill_tokens,
+)
+from tracebank.transform.config import TransformConfig
+from tracebank.transform.errors import TransformError
+from tracebank.transform.manifest import RowsDigest
+from tracebank.transform.rows import CallTokens, RowTokens
+from tracebank.transform.spill import TokenSpill
+from tracebank.transform.writer import EXTRA_FIELDS, WrittenSplit, pieces, write_split
+from tracebank.warehouse import schemas
+from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.storage import Storage, iter_batches
+
+DIGEST_COLUMNS = schemas.DATASET_ROWS.names + [f.name for f in EXTRA_FIELDS]
+
+
+@dataclass(frozen=True)
+class Spilled:
+    """One collection's token lists in the scratch folder."""
+
+    prompt_path: Path
+    response_path: Path
+    prompt_offsets: np.ndarray
+    response_offsets: np.ndarray
+
+    def tokens(self) -> CallTokens:
+        return CallTokens(
+            self.prompt_offsets,
+            self.response_offsets,
+            prompt_path=self.prompt_path,
+            response_path=self.response_path,
+        )
+
+
+def _spill_collection(row: dict[str, Any]) -> dict[str, Any]:
+    """Ray task: the token spill of one collection (from the silver cache collect built)."""
+    storage = Storage(Warehouse(Path(row["root"])))
+    cid = row["cid"]
+    require_silver(storage, cid)
+    manifest = storage.current_silver(cid)
+    assert manifest is not None
+    folder = Path(row["scratch"]) / cid
+    folder.mkdir(parents=True)
+    parts = [lambda: storage.silver_batches(cid, "llm_calls", TOKEN_COLUMNS)]
+    t = spill_tokens(parts, manifest.counts["llm_calls"], TokenSpill(folder))
+    spilled = Spilled(folder / "prompt.i32", folder / "response.i32", *_offsets(t))
+    return {"cid": cid, "spilled": pickle.dumps(spilled)}
+
+
+def _offsets(t: CallTokens) -> tuple[np.ndarray, np.ndarray]:
+    return t.prompt_offsets, t.response_offsets
+
+
+class _Sources:
+    """The spilled collections in load order; global call ``tok`` -> (collection, local index)."""
+
+    def __init__(self, spilled: list[Spilled]) -> None:
+        self.spilled = spilled
+        self.bases = np.cumsum([0] + [len(s.prompt_offsets) - 1 for s in spilled])
+
+    def gather(self, tok: np.ndarray) -> tuple[CallTokens, np.ndarray]:
+        """In-memory tokens of the calls ``tok`` (global indices) and each one's local index there."""
+        unique, local = np.unique(tok, return_inverse=True)
+        which = np.searchsorted(self.bases, unique, side="right") - 1
+        prompts: list[np.ndarray] = []
+        responses: list[np.ndarray] = []
+        for c in np.unique(which).tolist():
+            ks = (unique[which == c] - self.bases[c]).tolist()
+            s = self.spilled[c]
+            with s.tokens().values() as (pv, rv):
+                po, ro = s.prompt_offsets, s.response_offsets
+                prompts += [np.array(pv[po[k] : po[k + 1]]) for k in ks]
+                responses += [np.array(rv[ro[k] : ro[k + 1]]) for k in ks]
+        return _flat(prompts, responses), local.astype(np.int64)
+
+
+def _flat(prompts: list[np.ndarray], responses: list[np.ndarray]) -> CallTokens:
+    def one(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        offsets = np.zeros(len(parts) + 1, np.int64)
+        np.cumsum([len(p) for p in parts], out=offsets[1:])
+        values = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+        return values, offsets
+
+    pv, po = one(prompts)
+    rv, ro = one(responses)
+    return CallTokens(po, ro, pv, rv)
+
+
+def _write_piece(row: dict[str, Any]) -> dict[str, Any]:
+    """Ray task: gather one piece's calls, copy out its rows, write them as one Parquet file."""
+    job = pickle.loads(row["job"])
+    sources: _Sources = job["sources"]
+    tokens, local = sources.gather(job["tok"])
+    source = RowTokens(lambda: tokens, local, job["prompt_len"], job["response_len"])
+    storage = Storage(Warehouse(Path(job["root"])))
+    rows = pl.read_ipc(io.BytesIO(job["rows"]))
+    written = write_split(
+        storage,
+        Path(job["folder"]),
+        job["split"],
+        rows,
+        source,
+        name=job["name"],
+        provenance=job["provenance"],
+    )
+    return {"index": job["index"], "result": pickle.dumps(written)}
+
+
+def _piece_job(
+    storage: Storage,
+    index: int,
+    path: Path,
+    split: str,
+    piece: pl.DataFrame,
+    source: RowTokens,
+    sources: _Sources,
+    provenance: dict[str, Any],
+) -> dict[str, Any]:
+    """What a worker needs for one piece: its rows' chains renumbered over just their calls."""
+    first = piece.get_column("first").to_numpy()
+    last = piece.get_column("last").to_numpy()
+    sizes = last - first + 1
+    positions = np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last, strict=True)])
+    new_first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    rows = piece.with_columns(
+        pl.Series("first", new_first, dtype=pl.Int64),
+        pl.Series("last", new_first + sizes - 1, dtype=pl.Int64),
+    )
+    sink = rows.write_ipc(None)
+    job = {
+        "index": index,
+        "root": str(storage.wh.root),
+        "folder": str(path.parent),
+        "name": path.name,
+        "split": split,
+        "rows": sink.getvalue(),
+        "tok": source.tok[positions],
+        "prompt_len": source.prompt_len[positions],
+        "response_len": source.response_len[positions],
+        "sources": sources,
+        "provenance": provenance,
+    }
+    return {"job": pickle.dumps(job)}
+
+
+def _digest(paths: list[Path]) -> str:
+    """The rows digest of the pieces, read back in order a few hundred rows at a time."""
+    digest = RowsDigest()
+    for batch in iter_batches(paths, DIGEST_COLUMNS, batch_size=512):
+        digest.update(pa.Table.from_batches([batch]))
+    return digest.hexdigest()
+
+
+def _ray_writer(sources: _Sources) -> Any:
+    import ray.data
+
+    def write(
+        storage: Storage,
+        folder: Path,
+        split: str,
+        frame: pl.DataFrame,
+        source: RowTokens,
+        provenance: dict[str, Any],
+    ) -> WrittenSplit:
+        parts = pieces(frame)
+        paths = [folder / f"{split}-{i:05d}.parquet" for i in range(len(parts))]
+        jobs = [
+            _piece_job(storage, i, paths[i], split, p, source, sources, provenance)
+            for i, p in enumerate(parts)
+        ]
+        out = ray.data.from_items(jobs).map(_write_piece).take_all()
+        results = [pickle.loads(r["result"]) for r in sorted(out, key=lambda r: r["index"])]
+        entries = [e for r in results for e in r.entries]
+        ids = [r.max_token_id for r in results if r.max_token_id is not None]
+        return WrittenSplit(entries, _digest(paths), max(ids) if ids else None)
+
+    return write
+
+
+def connect(address: str | None) -> None:
+    """Join the cluster at ``address`` (else ``$RAY_ADDRESS``, else a local one started here)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, logging_level=logging.ERROR)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise TransformError(
+            f"cannot reach the Ray cluster at {address or 'RAY_ADDRESS'}: {str(exc).splitlines()[0]}",
+            "start one with `ray start --head`, or pass its address with --address HOST:PORT",
+        ) from exc
+
+
+def transform_ray(wh: Warehouse, config: TransformConfig, address: str | None = None) -> TransformResult:
+    """``transform`` with the silver caches and row writing on a Ray cluster; same version, same hash."""
+    import ray.data
+
+    wh.check_format()
+    config.validate()
+    chosen = choose_collections(wh, config.collections)
+    connect(address)
+    scratch = wh.tmp_dir / f"ray-{uuid.uuid4().hex[:12]}"
+    try:
+        inputs = load_inputs(wh, chosen)  # first: a missing silver cache fails before any Ray job
+        items = [{"root": str(wh.root), "cid": cid, "scratch": str(scratch)} for cid, _ in chosen]
+        done = {r["cid"]: r for r in ray.data.from_items(items).map(_spill_collection).take_all()}
+        sources = _Sources([pickle.loads(done[cid]["spilled"]) for cid, _ in chosen])
+        return build_version(
+            wh, config, chosen, inputs, cache(lambda: _all_tokens(sources)), _ray_writer(sources)
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _all_tokens(sources: _Sources) -> CallTokens:
+    """Every call's tokens on the driver (only ``--merge trajectory`` and ``--dedup`` need them)."""
+    total = int(sources.bases[-1])
+    tokens, local = sources.gather(np.arange(total, dtype=np.int64))
+    assert np.array_equal(local, np.arange(total))
+    return tokens
