@@ -296,6 +296,8 @@ class Redactor:
         if isinstance(value, str):
             return self.scrub_text(value)
         if isinstance(value, dict):
+            if "logprob" in value:  # an OpenAI logprobs entry: its "token" is model output text
+                return {k: self.value(None if k == "token" else str(k), v) for k, v in value.items()}
             return {k: self.value(str(k), v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.value(None, v) for v in value]

@@ -311,3 +311,11 @@ def test_detect_secrets_finds_nothing_in_redacted_text():
         for line, _ in found:
             redacted = Redactor().scrub_text(line)
             assert list(scan_line(redacted)) == [], (line, redacted)
+
+
+def test_logprob_tokens_are_model_text_not_credentials():
+    entry = {"token": " 33", "logprob": -5.9, "bytes": [32, 51, 51], "top_logprobs": []}
+    nested = {"logprobs": {"content": [entry]}, "auth": {"token": "abc"}}
+    redacted = Redactor().value(None, nested)
+    assert redacted["logprobs"]["content"] == [entry]
+    assert redacted["auth"] == {"token": REDACTED}

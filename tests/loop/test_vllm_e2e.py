@@ -24,6 +24,7 @@ from tracebank.loop.demo import run_demo
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import run_sql
 
+from tests.collect.helpers import stored_span_rows
 from tests.transform.oracle import oracle_rows, row_key
 
 ROLLOUTS = 4
@@ -153,9 +154,10 @@ def bronze_spans(wh: Warehouse, collection_id: str) -> dict[str, list[Any]]:
             f"WHERE collection_id = '{collection_id}' GROUP BY rollout_id",
         ).to_pylist()
     }
-    rows = run_sql(wh, f"SELECT * EXCLUDE (collection_id) FROM spans WHERE collection_id = '{collection_id}'")
+    # The stored rows (epoch floats, as Span wants them), not the views' UTC timestamps.
+    rows = [r for r in stored_span_rows(wh) if r.pop("collection_id") == collection_id]
     spans: dict[str, list[Any]] = {rollout: [] for rollout in latest}
-    for row in rows.to_pylist():
+    for row in rows:
         if latest.get(row["rollout_id"]) != row["attempt_id"]:
             continue
         for column in JSON_COLUMNS:

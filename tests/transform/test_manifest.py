@@ -168,11 +168,11 @@ def test_a_failed_write_leaves_no_version(wh, monkeypatch):
     real = builder.write_split
     calls = []
 
-    def failing(storage, folder, split, table):
+    def failing(storage, folder, split, frame, source, **options):
         calls.append(split)
         if split == "validation":
             raise OSError("disk full")
-        return real(storage, folder, split, table)
+        return real(storage, folder, split, frame, source, **options)
 
     monkeypatch.setattr(builder, "write_split", failing)
     before = catalog.dataset_versions(wh, "ds")

@@ -90,7 +90,9 @@ def test_two_engines_writing_the_same_name_at_once_get_distinct_versions(two_col
 
     def run(engine: str) -> None:
         address = ray_address if engine == "ray" else None
-        results[engine] = run_transform(two_collections, TransformConfig(name="same"), engine, address)
+        results[engine] = run_transform(
+            two_collections, TransformConfig(name="same", force=True), engine, address
+        )
 
     threads = [threading.Thread(target=run, args=(e,)) for e in ("local", "ray")]
     for t in threads:
