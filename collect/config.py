@@ -38,9 +38,9 @@ class CollectConfig:
     backoff_s: float = 0.25
     """First retry delay in seconds; doubled on each further retry (with jitter)."""
     connect_timeout_s: float = 3.0
-    """Seconds to connect to the store, and for its first health check to answer (``--connect-timeout``)."""
+    """Seconds to connect to the store, and for its first health check to answer."""
     read_timeout_s: float = 10.0
-    """Seconds a store request may wait for its answer (``--read-timeout``); a timed-out request is
+    """Seconds a store request may wait for its answer; a timed-out request is
     retried once, so a store that accepts and never answers fails in about twice this."""
     page_size: int = 1000
     """Rollouts per ``query_rollouts`` page."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from tracebank.cli.options import pass_warehouse
+from tracebank.cli.options import config_option, pass_warehouse
 from tracebank.collect.config import CollectConfig
 
 
@@ -106,22 +106,8 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
     metavar="N",
     help="Spans per Parquet file (bounds memory on large stores).",
 )
-@click.option(
-    "--connect-timeout",
-    default=CollectConfig.connect_timeout_s,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    metavar="S",
-    help="Seconds to connect to the store (and for its health check to answer).",
-)
-@click.option(
-    "--read-timeout",
-    default=CollectConfig.read_timeout_s,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    metavar="S",
-    help="Seconds a store request may wait for its answer (retried once).",
-)
+@config_option(CollectConfig, "connect_timeout_s", type=click.FloatRange(min=0, min_open=True), metavar="S")
+@config_option(CollectConfig, "read_timeout_s", type=click.FloatRange(min=0, min_open=True), metavar="S")
 @click.option(
     "--repair-duplicates",
     is_flag=True,
@@ -160,8 +146,8 @@ def collect(
     no_redact: bool,
     concurrency: int,
     rows_per_file: int,
-    connect_timeout: float,
-    read_timeout: float,
+    connect_timeout_s: float,
+    read_timeout_s: float,
     repair_duplicates: bool,
     no_silver: bool,
     rebuild_silver: bool,
@@ -208,8 +194,8 @@ def collect(
         concurrency=concurrency,
         rows_per_file=rows_per_file,
         silver=not no_silver,
-        connect_timeout_s=connect_timeout,
-        read_timeout_s=read_timeout,
+        connect_timeout_s=connect_timeout_s,
+        read_timeout_s=read_timeout_s,
     ).validate()
     if repair_duplicates:
         from tracebank.collect.collector import new_collection_id
