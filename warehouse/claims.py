@@ -21,9 +21,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracebank.warehouse.errors import WarehouseError
+from tracebank.warehouse.mirror import RemoteClaim
+
+if TYPE_CHECKING:
+    from tracebank.warehouse.layout import Warehouse
 
 POLL_S = 0.2
 
@@ -130,8 +134,18 @@ def _break_if_same(path: Path, seen: bytes) -> None:
     aside.unlink(missing_ok=True)
 
 
-def try_claim(path: Path, owner: Owner) -> Owner | None:
+def warehouse_claim(wh: Warehouse, name: str) -> Path | RemoteClaim:
+    """The claim called ``name`` of a warehouse: a file in its folder, or on its object store
+    (so writers on different machines exclude each other)."""
+    if wh.remote is not None:
+        return RemoteClaim(wh.remote, f"claims/{name}")
+    return wh.root / "claims" / f"{name}.claim"
+
+
+def try_claim(path: Path | RemoteClaim, owner: Owner) -> Owner | None:
     """Claim ``path`` for ``owner``: None when claimed, else the live (or unknown) holder."""
+    if isinstance(path, RemoteClaim):
+        return path.try_claim(owner)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps({**owner.to_dict(), "since": time.time()}, sort_keys=True).encode()
     for _ in range(3):
@@ -149,8 +163,11 @@ def try_claim(path: Path, owner: Owner) -> Owner | None:
     return held[0] if held else None
 
 
-def release(path: Path, owner: Owner) -> None:
+def release(path: Path | RemoteClaim, owner: Owner) -> None:
     """Give up a claim ``owner`` holds (a claim someone else holds is left alone)."""
+    if isinstance(path, RemoteClaim):
+        path.release(owner)
+        return
     held = read_claim(path)
     if held is not None and held[0].pid == owner.pid and held[0].host == owner.host:
         _break_if_same(path, held[1])
@@ -158,7 +175,7 @@ def release(path: Path, owner: Owner) -> None:
 
 @contextlib.contextmanager
 def claimed(
-    path: Path,
+    path: Path | RemoteClaim,
     owner: Owner,
     wait: bool,
     on_wait: Callable[[Owner], None] | None = None,

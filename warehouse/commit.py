@@ -76,8 +76,13 @@ def write_buffer_atomic(final: Path, data: Any, rows: int | None = None) -> dict
     return entry
 
 
+def json_bytes(obj: Any) -> bytes:
+    """How the warehouse writes JSON (manifests, records): sorted keys, indented, a final newline."""
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
 def write_json_atomic(final: Path, obj: Any) -> None:
-    write_bytes_atomic(final, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+    write_bytes_atomic(final, json_bytes(obj))
 
 
 def write_parquet_atomic(final: Path, table: pa.Table, **kwargs: Any) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from tracebank.warehouse.claims import read_claim, release
 from tracebank.warehouse.commit import TMP_MARK
 from tracebank.warehouse.errors import CorruptFileError
 from tracebank.warehouse.layout import MANIFEST, Warehouse
+from tracebank.warehouse.mirror import PULLED
+from tracebank.warehouse.objectstore import StoredFile
 from tracebank.warehouse.records import (
     CollectionManifest,
     DatasetManifest,
@@ -34,6 +36,7 @@ from tracebank.warehouse.records import (
     RunRecord,
     SilverManifest,
 )
+from tracebank.warehouse.remote_gc import sweep_remote
 from tracebank.warehouse.storage import Storage, read_manifest, settle_run
 
 #: A temp file or uncommitted folder younger than this may still be a live writer's.
@@ -59,8 +62,8 @@ def output_claim(output: Path) -> Path:
 class GcReport:
     """What one gc pass removed (or, dry, would remove)."""
 
-    removed: list[tuple[Path, int]] = field(default_factory=list)
-    """Each removed path and the bytes it held."""
+    removed: list[tuple[str, int]] = field(default_factory=list)
+    """Each removed path (or object store URI) and the bytes it held."""
     runs_failed: list[str] = field(default_factory=list)
     """Run ids written as failed because their process is gone."""
 
@@ -106,7 +109,7 @@ class _Sweeper:
         if path in self.seen or not (path.exists() or path.is_symlink()):
             return
         self.seen.add(path)
-        self.report.removed.append((path, _size(path)))
+        self.report.removed.append((str(path), _size(path)))
         if self.dry_run:
             return
         if path.is_dir() and not path.is_symlink():
@@ -114,10 +117,17 @@ class _Sweeper:
         else:
             path.unlink(missing_ok=True)
 
+    def remove_remote(self, wh: Warehouse, f: StoredFile) -> None:
+        self.report.removed.append((f"{wh.remote.uri}/{f.path}", f.size))
+        if not self.dry_run:
+            wh.remote.delete(f.path)
+
 
 def _settle_runs(wh: Warehouse, sweep: _Sweeper) -> set[str]:
     """Write runs whose process is gone as failed; the ids of runs still running."""
     storage = Storage(wh)
+    if storage.remote:
+        storage.runs()  # bring the store's run records into the mirror first
     running: set[str] = set()
     for folder in sorted(p for p in wh.runs_dir.iterdir() if p.is_dir()) if wh.runs_dir.exists() else []:
         path = folder / "run.json"
@@ -183,7 +193,7 @@ def _sweep_uncommitted(wh: Warehouse, sweep: _Sweeper, now: float, min_age_s: fl
             continue  # damaged, not abandoned: `tracebank verify` names it, gc leaves it
         if manifest is not None:
             # Temp files, and files of a replaced silver cache that no manifest lists any more.
-            listed = {MANIFEST, *(e.path for e in manifest.files)}
+            listed = {MANIFEST, PULLED, *(e.path for e in manifest.files)}
             for path in folder.iterdir():
                 if path.name not in listed and _age_s(path, now) >= min_age_s:
                     sweep.remove(path)
@@ -215,6 +225,8 @@ def gc(wh: Warehouse, min_age_s: float = DEFAULT_MIN_AGE_S, dry_run: bool = Fals
     _sweep_tmp(wh, running, sweep, now, min_age_s)
     _sweep_uncommitted(wh, sweep, now, min_age_s)
     _sweep_orphan_silver(wh, sweep, now, min_age_s)
+    if wh.remote is not None:
+        sweep_remote(wh, lambda f: sweep.remove_remote(wh, f), now, min_age_s)
     for tmp in wh.root.glob(f"*{TMP_MARK}*"):  # FORMAT.json's temp file
         if _age_s(tmp, now) >= min_age_s:
             sweep.remove(tmp)

@@ -10,6 +10,10 @@ WAREHOUSE/
     train.parquet [validation.parquet] manifest.json
   runs/<run_id>/run.json metrics.jsonl
   tmp/                                scratch; never read
+
+A warehouse on object storage (``s3://bucket/prefix``) has the same layout under its
+prefix; this machine works in a local mirror of it (:func:`mirror_folder`), which holds
+only committed folders, each verified against its manifest (see ``warehouse.mirror``).
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tracebank.warehouse.errors import UsageError, WarehouseError
 
@@ -26,6 +31,21 @@ FORMAT_NAME = "tracebank-warehouse"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 ENV_VAR = "TRACEBANK_WAREHOUSE"
+#: Moves tracebank's cache folder (default ``~/.cache/tracebank``): built environments, mirrors.
+CACHE_VARIABLE = "TRACEBANK_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """tracebank's cache folder: ``$TRACEBANK_CACHE_DIR`` or ``~/.cache/tracebank``."""
+    return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "tracebank").expanduser()
+
+
+def mirror_folder(uri: str) -> Path:
+    """Where this machine mirrors the remote warehouse ``uri`` (one folder per location)."""
+    scheme, _, rest = uri.partition("://")
+    parts = [validate_name(p, "warehouse location part") for p in rest.strip("/").split("/") if p]
+    return cache_dir().joinpath("warehouses", scheme, *parts)
+
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -42,15 +62,30 @@ def validate_name(name: str, what: str = "name") -> str:
 
 @dataclass(frozen=True)
 class Warehouse:
-    """A warehouse folder; all paths inside it come from here."""
+    """A warehouse folder; all paths inside it come from here.
+
+    For a warehouse on object storage, ``root`` is this machine's mirror of it and ``remote``
+    the store that holds the committed truth (:class:`~tracebank.warehouse.objectstore.ObjectStore`).
+    """
 
     root: Path
+    remote: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def resolve(cls, path: str | os.PathLike[str] | None = None) -> Warehouse:
-        """``path``, else ``$TRACEBANK_WAREHOUSE``, else ``./warehouse``."""
-        chosen = path or os.environ.get(ENV_VAR) or "warehouse"
-        return cls(Path(chosen).expanduser().resolve())
+        """``path``, else ``$TRACEBANK_WAREHOUSE``, else ``./warehouse``; ``s3://...`` is remote."""
+        from tracebank.warehouse.objectstore import LocalStore, open_store
+
+        chosen = str(path or os.environ.get(ENV_VAR) or "warehouse")
+        store = open_store(chosen)
+        if isinstance(store, LocalStore):
+            return cls(store.root)
+        return cls(mirror_folder(store.uri), store)
+
+    @property
+    def location(self) -> str:
+        """Where the warehouse is, as a user names it (a folder, or ``s3://bucket/prefix``)."""
+        return self.remote.uri if self.remote is not None else str(self.root)
 
     @property
     def format_file(self) -> Path:
@@ -107,6 +142,10 @@ class Warehouse:
             )
         for d in (self.collections_dir, self.silver_dir, self.datasets_dir, self.runs_dir, self.tmp_dir):
             d.mkdir(parents=True, exist_ok=True)
+        if self.remote is not None:
+            from tracebank.warehouse.mirror import init_remote
+
+            init_remote(self)
         if not self.format_file.exists():
             write_json_atomic(self.format_file, {"format": FORMAT_NAME, "version": FORMAT_VERSION})
         self.check_format()
@@ -114,9 +153,13 @@ class Warehouse:
 
     def check_format(self) -> None:
         """Raise WarehouseError unless this folder is a warehouse this version can read."""
+        if self.remote is not None and not self.format_file.exists():
+            from tracebank.warehouse.mirror import fetch_format
+
+            fetch_format(self)
         if not self.format_file.exists():
             raise WarehouseError(
-                f"no warehouse at {self.root}",
+                f"no warehouse at {self.location}",
                 "run `tracebank collect` first, or pass --warehouse / set TRACEBANK_WAREHOUSE",
             )
         try:
@@ -124,7 +167,7 @@ class Warehouse:
         except (OSError, ValueError) as exc:
             raise WarehouseError(f"unreadable {self.format_file}: {exc}") from exc
         if fmt.get("format") != FORMAT_NAME:
-            raise WarehouseError(f"{self.root} is not a tracebank warehouse")
+            raise WarehouseError(f"{self.location} is not a tracebank warehouse")
         if int(fmt.get("version", 0)) > FORMAT_VERSION:
             raise WarehouseError(
                 f"warehouse format v{fmt.get('version')} is newer than this tracebank "

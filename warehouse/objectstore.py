@@ -25,7 +25,9 @@ with ``/`` separators.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,18 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 from tracebank.warehouse.commit import fsync_dir as _fsync_dir
 from tracebank.warehouse.errors import UsageError, WarehouseError
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One file of a store, as a listing shows it."""
+
+    path: str
+    """Its path relative to the warehouse root, with ``/`` separators."""
+    size: int
+    """Its size in bytes."""
+    mtime: float
+    """When it was last written (seconds since the epoch)."""
 
 
 class ObjectStore(Protocol):
@@ -59,6 +73,15 @@ class ObjectStore(Protocol):
 
     def arrow(self) -> tuple[pafs.FileSystem, str]:
         """A pyarrow filesystem and the root path in it, for Parquet readers and writers."""
+
+    def walk(self, path: str) -> list[StoredFile]:
+        """Every file under the folder ``path`` (at any depth), with its size and age."""
+
+    def get_file(self, path: str, dest: Path) -> bool:
+        """Copy ``path`` into the local file ``dest`` (streamed); False when there is no such file."""
+
+    def put_file(self, path: str, src: Path) -> None:
+        """Upload the local file ``src`` as ``path`` whole (streamed; visible only when complete)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +141,34 @@ class LocalStore:
 
     def arrow(self) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), str(self.root)
+
+    def walk(self, path: str) -> list[StoredFile]:
+        base = self._path(path)
+        out = []
+        for dirpath, _, names in os.walk(base):
+            for name in names:
+                full = Path(dirpath) / name
+                with contextlib.suppress(FileNotFoundError):
+                    st = full.stat()
+                    out.append(StoredFile(full.relative_to(self.root).as_posix(), st.st_size, st.st_mtime))
+        return sorted(out, key=lambda f: f.path)
+
+    def get_file(self, path: str, dest: Path) -> bool:
+        try:
+            shutil.copyfile(self._path(path), dest)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def put_file(self, path: str, src: Path) -> None:
+        final = self._path(path)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex[:12]}")
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def _endpoint() -> str | None:
@@ -194,6 +245,34 @@ class S3Store:
 
     def delete(self, path: str) -> None:
         self.client().delete_object(Bucket=self.bucket, Key=self._key(path))
+
+    def walk(self, path: str) -> list[StoredFile]:
+        root = self._key("")
+        prefix = self._key(path).rstrip("/") + "/" if path else root
+        out = []
+        for page in (
+            self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        ):
+            for obj in page.get("Contents", []):
+                out.append(
+                    StoredFile(obj["Key"][len(root) :], int(obj["Size"]), obj["LastModified"].timestamp())
+                )
+        return sorted(out, key=lambda f: f.path)
+
+    def get_file(self, path: str, dest: Path) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client().download_file(self.bucket, self._key(path), str(dest))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return False
+            raise
+        return True
+
+    def put_file(self, path: str, src: Path) -> None:
+        # Large files go up in parts; S3 shows the object only once the upload completes.
+        self.client().upload_file(str(src), self.bucket, self._key(path))
 
     def arrow(self) -> tuple[pafs.FileSystem, str]:
         if self._fs is None:

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tracebank.warehouse import commit, schemas
+from tracebank.warehouse import commit, mirror, schemas
 from tracebank.warehouse.claims import Owner
 from tracebank.warehouse.commit import check_sizes, verify_hashes
 from tracebank.warehouse.contract import SILVER_VERSION
@@ -185,20 +185,35 @@ class Storage:
 
     wh: Warehouse
 
+    @property
+    def remote(self) -> bool:
+        """Whether the warehouse lives on object storage (``wh.root`` is then its local mirror)."""
+        return self.wh.remote is not None
+
     # -- reading ---------------------------------------------------------------------------
     def collections(self) -> list[tuple[Path, CollectionManifest]]:
         """Committed collections, oldest first (ids sort by time)."""
+        if self.remote:
+            mirror.pull_folders(self.wh, self.wh.collections_dir, CollectionManifest)
         return self._committed(_subdirs(self.wh.collections_dir), CollectionManifest)
 
     def collection(self, collection_id: str) -> CollectionManifest | None:
-        return read_manifest(self.wh.collection_dir(collection_id), CollectionManifest)
+        folder = self.wh.collection_dir(collection_id)
+        if self.remote and not (folder / MANIFEST).exists():
+            mirror.pull_folder(self.wh, folder, CollectionManifest)
+        return read_manifest(folder, CollectionManifest)
 
     def silver_caches(self) -> list[tuple[Path, SilverManifest]]:
         """Committed silver caches, one per collection they were derived from."""
+        if self.remote:
+            mirror.pull_folders(self.wh, self.wh.silver_dir, SilverManifest)
         return self._committed(_subdirs(self.wh.silver_dir), SilverManifest)
 
     def silver(self, collection_id: str) -> SilverManifest | None:
-        return read_manifest(self.wh.silver_collection_dir(collection_id), SilverManifest)
+        folder = self.wh.silver_collection_dir(collection_id)
+        if self.remote:  # a silver cache is replaced in place: ask the store every time
+            mirror.pull_folder(self.wh, folder, SilverManifest)
+        return read_manifest(folder, SilverManifest)
 
     def current_silver(self, collection_id: str) -> SilverManifest | None:
         """The committed silver cache of ``collection_id`` if this code's SILVER_VERSION built it."""
@@ -233,18 +248,24 @@ class Storage:
             ) from exc
 
     def dataset_names(self) -> list[str]:
+        if self.remote:
+            return mirror.dataset_names(self.wh)
         return [p.name for p in _subdirs(self.wh.datasets_dir)]
 
     def dataset_versions(self, name: str | None = None) -> list[tuple[Path, DatasetManifest]]:
         """Committed dataset versions (of ``name``, or of every dataset), by name then version."""
         out: list[tuple[Path, DatasetManifest]] = []
         for n in [name] if name else self.dataset_names():
+            if self.remote:
+                mirror.pull_folders(self.wh, self.wh.dataset_dir(n), DatasetManifest)
             folders = [p for p in _subdirs(self.wh.dataset_dir(n)) if p.name.startswith("v")]
             out.extend(self._committed(folders, DatasetManifest))
         return out
 
     def runs(self) -> list[tuple[Path, RunRecord]]:
         """Every run record, oldest first; a run is visible from its start."""
+        if self.remote:
+            mirror.pull_runs(self.wh)
         out = []
         for folder in _subdirs(self.wh.runs_dir):
             path = folder / RUN_RECORD
@@ -298,12 +319,20 @@ class Storage:
     def retire_collection(self, folder: Path) -> None:
         """Make a collection invisible (its manifest goes); its files, and its silver cache, stay
         for readers that planned against them until `tracebank gc` removes them."""
+        if self.remote:
+            mirror.retire(self.wh, folder)
         (folder / MANIFEST).unlink(missing_ok=True)
         commit.fsync_dir(folder)
 
     def reserve_version(self, name: str) -> tuple[int, Path]:
         """Claim the next free version folder of ``name`` (a concurrent writer gets another)."""
         self.wh.dataset_dir(name).mkdir(parents=True, exist_ok=True)
+        if self.remote:
+            version = mirror.reserve_version(self.wh, name, Owner.current(f"transform {name}"))
+            folder = self.wh.version_dir(name, version)
+            mirror.clear_local(folder)  # a number the store gave us: anything here is a crashed writer's
+            folder.mkdir()
+            return version, folder
         while True:
             version = self.next_version(name)
             folder = self.wh.version_dir(name, version)
@@ -315,7 +344,10 @@ class Storage:
 
     def next_version(self, name: str) -> int:
         """The next free version number of ``name`` (uncommitted folders count as taken)."""
-        taken = [version_number(p) for p in _subdirs(self.wh.dataset_dir(name)) if p.name[1:].isdigit()]
+        folders = [p.name for p in _subdirs(self.wh.dataset_dir(name))]
+        if self.remote:
+            folders += mirror.dataset_folders(self.wh, name)
+        taken = [int(f[1:]) for f in folders if f.startswith("v") and f[1:].isdigit()]
         return max(taken, default=0) + 1
 
     def commit_version(self, folder: Path, manifest: DatasetManifest) -> Path:
@@ -328,6 +360,8 @@ class Storage:
 
     def abandon_version(self, folder: Path) -> None:
         """Drop a reserved version that failed before its commit."""
+        if self.remote:
+            mirror.release_version(self.wh, folder)
         shutil.rmtree(folder, ignore_errors=True)
 
     def replace_silver(
@@ -400,18 +434,29 @@ class Storage:
 
     def write_run(self, record: RunRecord) -> None:
         """Replace a run's record atomically: readers see the previous or the next state."""
-        commit.write_json_atomic(self.wh.run_dir(record.run_id) / RUN_RECORD, record.to_json())
+        folder = self.wh.run_dir(record.run_id)
+        commit.write_json_atomic(folder / RUN_RECORD, record.to_json())
+        if self.remote:  # metrics first, so a finished record never points at fewer metrics
+            mirror.push_file(self.wh, folder / RUN_METRICS)
+            mirror.push_file(self.wh, folder / RUN_RECORD)
 
     def append_metric(self, run_id: str, event: dict[str, Any]) -> None:
         """Append one metric event (a line) to a run's metrics.jsonl."""
-        with open(self.wh.run_dir(run_id) / RUN_METRICS, "a", encoding="utf-8") as fh:
+        path = self.wh.run_dir(run_id) / RUN_METRICS
+        with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(event, sort_keys=True) + "\n")
             fh.flush()
+        if self.remote and mirror.push_due(path):
+            mirror.push_file(self.wh, path)
 
     def _commit(self, folder: Path, manifest: Manifest) -> Path:
         for entry in manifest.files:
             if not (folder / entry.path).exists():
                 raise WarehouseError(f"refusing to commit {folder}: {entry.path} is missing")
         path = folder / MANIFEST
-        commit.write_json_atomic(path, {**manifest.to_json(), "format_version": manifest.FORMAT_VERSION})
+        payload = commit.json_bytes({**manifest.to_json(), "format_version": manifest.FORMAT_VERSION})
+        if self.remote:  # the store first: the mirror never shows what the store does not hold
+            exclusive = not isinstance(manifest, SilverManifest)
+            mirror.push_commit(self.wh, folder, payload, [e.path for e in manifest.files], exclusive)
+        commit.write_bytes_atomic(path, payload)
         return path

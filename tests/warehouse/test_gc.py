@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pyarrow as pa
 from click.testing import CliRunner
@@ -54,7 +55,8 @@ def test_gc_removes_old_leftovers_and_keeps_committed_data_and_young_files(wh):
     _old(scratch)
 
     report = gc(wh, dry_run=True)
-    assert sorted(p.name for p, _ in report.removed) == sorted([stale_tmp.name, abandoned.name, scratch.name])
+    removed = sorted(Path(p).name for p, _ in report.removed)
+    assert removed == sorted([stale_tmp.name, abandoned.name, scratch.name])
     assert stale_tmp.exists() and abandoned.exists() and scratch.exists()
 
     out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "gc"])
@@ -83,4 +85,4 @@ def test_min_age_zero_removes_young_leftovers_too(wh):
     tmp = wh.tmp_dir / "scratch"
     tmp.mkdir()
     report = gc(wh, min_age_s=0)
-    assert [p for p, _ in report.removed] == [tmp] and not tmp.exists()
+    assert [p for p, _ in report.removed] == [str(tmp)] and not tmp.exists()

@@ -4,6 +4,7 @@ silent wrong answer; silver never outlives its collection; replacing silver is a
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -100,7 +101,7 @@ def test_replacing_a_silver_cache_is_atomic_for_readers(wh):
     assert run_sql(wh, "SELECT count(*) n FROM llm_calls").to_pylist() == [{"n": 5}]
     old = {e.path for e in first.files} - {e.path for e in second.files}
     report = gc(wh, min_age_s=0)  # the replaced files go once no reader can need them
-    assert {p.name for p, _ in report.removed} == old
+    assert {Path(p).name for p, _ in report.removed} == old
 
 
 def test_a_manifest_that_is_valid_json_of_the_wrong_shape_is_one_line(wh):
