@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow.parquet as pq
 import pytest
 from tracebank.transform import TransformConfig, run_transform, transform, writer
 from tracebank.transform.errors import TransformUsageError
 from tracebank.warehouse.layout import Warehouse
-from tracebank.warehouse.storage import verify_hashes
+from tracebank.warehouse.storage import Storage, verify_hashes
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 from tests.transform.oracle import scenario
@@ -47,6 +49,30 @@ def test_ray_engine_commits_the_local_engines_version(two_collections, ray_addre
     verify_hashes(on_ray.folder, on_ray.record)
     assert _rows(on_ray) == _rows(local)
     assert not list(wh.tmp_dir.iterdir()), "the scratch folder is removed"
+
+
+def test_ray_engine_on_an_s3_warehouse_commits_the_local_engines_hash(
+    tmp_path, s3_bucket, ray_address, monkeypatch
+):
+    """On object storage the driver pulls the silver caches into this machine's mirror, the
+    workers write pieces beside them, and the commit uploads them before the manifest."""
+    monkeypatch.setenv("TRACEBANK_CACHE_DIR", str(tmp_path / "machine-a"))
+    monkeypatch.setattr(writer, "PIECE_TOKENS", 20_000)
+    location = f"s3://{s3_bucket}/wh"
+    wh = Warehouse.resolve(location).init()
+    spans, rollouts = synthetic_rollouts(30, seed=11, calls=(2, 5), tasks=6)
+    commit_collection(wh, spans, rollouts=rollouts, collection_id="c1", span_file_rows=40)
+    config = TransformConfig(name="ds", val_fraction=0.25, top_fraction=0.8, seed=5)
+    on_ray = run_transform(wh, config, engine="ray", address=ray_address)
+    local = transform(wh, dataclasses.replace(config, name="ds-local"))
+    assert on_ray.manifest["content_hash"] == local.manifest["content_hash"]
+    assert len([f for f in on_ray.manifest["files"] if f["split"] == "train"]) > 2
+
+    monkeypatch.setenv("TRACEBANK_CACHE_DIR", str(tmp_path / "machine-b"))
+    elsewhere = Warehouse.resolve(location)
+    [(folder, manifest)] = Storage(elsewhere).dataset_versions("ds")
+    assert manifest.content_hash == on_ray.manifest["content_hash"]
+    verify_hashes(folder, manifest)
 
 
 @pytest.mark.parametrize("options", [{"merge": "trajectory"}, {"dedup": True, "per_task": 1}])
