@@ -31,9 +31,10 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -249,6 +250,12 @@ def clear_local(folder: Path) -> None:
 
 
 # -- claims ---------------------------------------------------------------------------------
+#: How often a holder of a claim on object storage says it is alive.
+HEARTBEAT_S = 30.0
+#: A claim whose holder has not said so for this long is stale, whatever host it is on.
+STALE_S = 300.0
+
+
 @dataclass(frozen=True)
 class RemoteClaim:
     """A claim on object storage, for writers on different machines.
@@ -256,23 +263,35 @@ class RemoteClaim:
     Generations ``<key>/0000000001``, ``...2``: the holder is the newest generation without
     a ``.released`` marker. Taking the claim is a conditional create of the next generation,
     so exactly one of several racing writers gets it, with no conditional delete needed.
-    A generation whose owner is gone (seen from its own host) counts as released.
+    The holder rewrites ``<gen>.alive`` every HEARTBEAT_S; a generation whose owner is gone
+    (seen from its own host), or silent for STALE_S (a host that died), counts as released.
     """
 
     store: Any
     key: str
+    _beats: dict[int, threading.Event] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:
         return self.key.rpartition("/")[2]
 
-    def _generations(self) -> tuple[list[int], set[int]]:
-        gens, released = [], set()
-        for child in self.store.children(self.key):
-            number, _, suffix = child.partition(".")
-            if number.isdigit():
-                (released.add(int(number)) if suffix == "released" else gens.append(int(number)))
-        return sorted(gens), released
+    def _generations(self) -> tuple[list[int], set[int], dict[int, float]]:
+        """Generation numbers, the released ones, and when each holder was last heard from."""
+        gens: list[int] = []
+        released: set[int] = set()
+        heard: dict[int, float] = {}
+        for f in self.store.walk(self.key):
+            number, _, suffix = f.path.rpartition("/")[2].partition(".")
+            if not number.isdigit():
+                continue
+            gen = int(number)
+            if suffix == "released":
+                released.add(gen)
+                continue
+            if suffix == "":
+                gens.append(gen)
+            heard[gen] = max(heard.get(gen, 0.0), f.mtime)
+        return sorted(gens), released, heard
 
     def _holder(self, gen: int) -> Owner | None:
         from tracebank.warehouse.claims import Owner
@@ -288,21 +307,37 @@ class RemoteClaim:
     def try_claim(self, owner: Owner) -> Owner | None:
         """Claim it for ``owner``: None when claimed, else the live (or unknown) holder."""
         payload = json.dumps({**owner.to_dict(), "since": time.time()}, sort_keys=True).encode()
+        holder = None
         with remote_errors(self.store):
             for _ in range(5):
-                gens, released = self._generations()
+                gens, released, heard = self._generations()
                 top = gens[-1] if gens else 0
                 holder = self._holder(top) if top and top not in released else None
-                if holder is not None and holder.alive() is not False:
+                silent = time.time() - heard.get(top, 0.0) > STALE_S
+                if holder is not None and holder.alive() is not False and not silent:
                     return holder
                 if self.store.create_exclusive(f"{self.key}/{top + 1:010d}", payload):
+                    self._start_heartbeat(top + 1)
                     return None
             return holder
 
+    def _start_heartbeat(self, gen: int) -> None:
+        stop = threading.Event()
+        self._beats[gen] = stop
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                with contextlib.suppress(Exception):  # a missed beat is retried; STALE_S allows ten
+                    self.store.put(f"{self.key}/{gen:010d}.alive", b"")
+
+        threading.Thread(target=beat, name=f"claim-{self.name}-{gen}", daemon=True).start()
+
     def release(self, owner: Owner) -> None:
         """Give up the claim ``owner`` holds (a claim someone else holds is left alone)."""
+        for stop in self._beats.values():
+            stop.set()
         with remote_errors(self.store):
-            gens, released = self._generations()
+            gens, released, _ = self._generations()
             for gen in reversed(gens):
                 holder = self._holder(gen)
                 if holder is not None and (holder.pid, holder.host) == (owner.pid, owner.host):

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -194,3 +195,25 @@ def test_run_records_and_metrics_reach_other_machines(machines):
     [(folder, seen)] = Storage(b).runs()
     assert seen.status == "succeeded"
     assert Storage(b).run_metrics(folder) == [{"step": 1, "loss": 2.5}]
+
+
+def test_a_silent_claim_of_another_host_goes_stale_and_a_beating_one_does_not(machines, monkeypatch):
+    from tracebank.warehouse import mirror
+
+    monkeypatch.setattr(mirror, "HEARTBEAT_S", 0.3)
+    monkeypatch.setattr(mirror, "STALE_S", 2.5)
+    wh = machines("a")
+    me = Owner.current("collect")
+    beating = warehouse_claim(wh, "collect")
+    assert try_claim(beating, me) is None
+    time.sleep(3.5)  # longer than STALE_S, but its holder keeps saying it is alive
+    other = Owner(1, "another-host", None, "a collect elsewhere")
+    assert try_claim(warehouse_claim(wh, "collect"), other) == me
+    beating.release(me)
+
+    silent = Owner(2, "a-dead-host", None, "a collect on a machine that died")
+    monkeypatch.setattr(mirror, "HEARTBEAT_S", 3600.0)
+    assert try_claim(warehouse_claim(wh, "collect"), silent) is None
+    assert try_claim(warehouse_claim(wh, "collect"), me) == silent
+    time.sleep(3.5)
+    assert try_claim(warehouse_claim(wh, "collect"), me) is None
