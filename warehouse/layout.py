@@ -127,6 +127,10 @@ class Warehouse:
         return self.runs_dir / validate_name(run_id, "run id")
 
     def exists(self) -> bool:
+        if self.remote is not None and not self.format_file.exists():
+            from tracebank.warehouse.mirror import fetch_format
+
+            return fetch_format(self)
         return self.format_file.exists()
 
     def init(self) -> Warehouse:

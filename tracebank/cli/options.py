@@ -19,7 +19,7 @@ import click
 
 FORMATS = ("table", "vertical", "csv", "json", "jsonl")
 _WAREHOUSE_KEY = "tracebank.warehouse"
-_WAREHOUSE_HELP = "Warehouse folder (default: $TRACEBANK_WAREHOUSE, else ./warehouse)."
+_WAREHOUSE_HELP = "Warehouse folder, or s3://BUCKET/PREFIX (default: $TRACEBANK_WAREHOUSE, else ./warehouse)."
 
 
 def _remember_warehouse(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -34,7 +34,8 @@ def warehouse_option(f: Callable[..., Any]) -> Callable[..., Any]:
         "--warehouse",
         "-w",
         "warehouse_path",
-        type=click.Path(file_okay=False),
+        type=str,
+        metavar="DIR|URI",
         default=None,
         expose_value=False,
         is_eager=True,
