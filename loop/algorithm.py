@@ -97,14 +97,14 @@ def _classes() -> dict[str, type]:
 
         def __init__(
             self,
-            warehouse: Warehouse | str | Path,
+            warehouse: Warehouse | str | Path,  # a folder or s3://bucket/prefix
             initial_model: str | Path,
             config: AlgorithmConfig | None = None,
             on_event: OnEvent | None = None,
             close_store: bool = False,
         ) -> None:
             super().__init__()
-            self.warehouse = warehouse if isinstance(warehouse, Warehouse) else Warehouse(Path(warehouse))
+            self.warehouse = warehouse if isinstance(warehouse, Warehouse) else Warehouse.resolve(warehouse)
             self.initial_model = Path(initial_model)
             self.config = (config or AlgorithmConfig()).validate()
             self.on_event = on_event

@@ -186,10 +186,29 @@ def pull_runs(wh: Warehouse) -> None:
             stamp = wh.root / folder_key / f".{name}{PULLED}"
             if stamp.exists() and stamp.read_text() == _stamp(f):
                 continue
+            if _written_here(wh.root / folder_key / RUN_RECORD):
+                continue  # this machine runs it: its mirror is newer than the store
             with commit.atomic_path(wh.root / f.path) as tmp:
                 if not wh.remote.get_file(f.path, tmp):
                     tmp.write_bytes(b"")
             commit.write_bytes_atomic(stamp, _stamp(f).encode())
+
+
+def _written_here(record: Path) -> bool:
+    """Whether the run of ``record`` is running in a live process of this host."""
+    from tracebank.warehouse.claims import Owner
+
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return False
+    owner = data.get("owner") if isinstance(data, dict) else None
+    if data.get("status") != "running" or not isinstance(owner, dict):
+        return False
+    try:
+        return Owner.from_dict(owner).alive() is True
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 # -- writing --------------------------------------------------------------------------------

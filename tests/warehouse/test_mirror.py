@@ -217,3 +217,30 @@ def test_a_silent_claim_of_another_host_goes_stale_and_a_beating_one_does_not(ma
     assert try_claim(warehouse_claim(wh, "collect"), me) == silent
     time.sleep(3.5)
     assert try_claim(warehouse_claim(wh, "collect"), me) is None
+
+
+def _record(run_id: str, **changes):
+    from tracebank.warehouse.records import RunRecord
+
+    return RunRecord(
+        **dict.fromkeys(("content_hash", "base_model", "backend", "output_dir", "save"), "x"),
+        run_id=run_id,
+        status="running",
+        dataset="ds@v1",
+        hyperparameters={},
+        libraries={},
+        started_at="2026-12-01T00:00:00+00:00",
+        **changes,
+    )
+
+
+def test_reading_runs_on_the_machine_that_trains_loses_no_metric(machines):
+    """Metrics go up at most every few seconds: a reader on the training machine must not
+    replace the newer local file with the store's older copy (the next upload would lose lines)."""
+    a = machines("a")
+    storage = Storage(a)
+    storage.start_run(_record("r2", owner=Owner.current("train").to_dict()))
+    for step in range(3):  # the first goes up at once, the next two wait for the next upload
+        storage.append_metric("r2", {"step": step})
+    [(folder, _)] = [(f, r) for f, r in Storage(a).runs() if r.run_id == "r2"]
+    assert [e["step"] for e in Storage(a).run_metrics(folder)] == [0, 1, 2]
