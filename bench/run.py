@@ -17,6 +17,7 @@ SECTIONS = (
     "bench.collect_bench",
     "bench.transform_bench",
     "bench.scale_bench",
+    "bench.s3_bench",
     "bench.train_bench",
     "bench.serve_bench",
     "bench.agl1_bench",

@@ -244,3 +244,20 @@ def test_reading_runs_on_the_machine_that_trains_loses_no_metric(machines):
         storage.append_metric("r2", {"step": step})
     [(folder, _)] = [(f, r) for f, r in Storage(a).runs() if r.run_id == "r2"]
     assert [e["step"] for e in Storage(a).run_metrics(folder)] == [0, 1, 2]
+
+
+def test_a_folder_warehouse_copied_onto_the_store_is_read_from_there(tmp_path, machines, s3_bucket):
+    """Migrating is a copy (`aws s3 sync`): the manifests are the same files."""
+    import boto3
+    from tracebank.warehouse.query import run_sql
+
+    folder = Warehouse(tmp_path / "local").init()
+    _commit(folder, "c1")
+    build_silver(folder, "c1")
+    s3 = boto3.client("s3")
+    for path in sorted(p for p in folder.root.rglob("*") if p.is_file()):
+        s3.upload_file(str(path), s3_bucket, f"moved/{path.relative_to(folder.root).as_posix()}")
+    moved = Warehouse.resolve(f"s3://{s3_bucket}/moved")
+    query = "SELECT count(*) n, sum(prompt_len) p FROM llm_calls"
+    assert run_sql(moved, query).to_pylist() == run_sql(folder, query).to_pylist()
+    assert run_sql(moved, query).to_pylist()[0]["n"] > 0
