@@ -15,7 +15,14 @@ from tracebank.warehouse.commit import sha256_file
 from tracebank.warehouse.errors import CorruptFileError
 from tracebank.warehouse.gc import commit_folders
 from tracebank.warehouse.layout import MANIFEST, Warehouse
-from tracebank.warehouse.records import FileEntry, RunRecord, SilverManifest
+from tracebank.warehouse.records import (
+    CollectionManifest,
+    DatasetManifest,
+    FileEntry,
+    Manifest,
+    RunRecord,
+    SilverManifest,
+)
 from tracebank.warehouse.storage import read_manifest
 
 
@@ -27,8 +34,8 @@ class VerifyReport:
     """Committed folders (collections, silver caches, dataset versions) checked."""
     files: int = 0
     """Committed data files checked."""
-    damaged: list[tuple[Path, str]] = field(default_factory=list)
-    """Each damaged path and what is wrong with it."""
+    damaged: list[tuple[str, str]] = field(default_factory=list)
+    """Each damaged path (or object URI) and what is wrong with it."""
     notes: list[str] = field(default_factory=list)
     """Things that are not damage but worth knowing (silver of a collection that is gone)."""
 
@@ -52,24 +59,28 @@ def verify(wh: Warehouse) -> VerifyReport:
     """Check every committed file of ``wh`` (see the module docstring)."""
     wh.check_format()
     report = VerifyReport()
+    if wh.remote is not None:
+        verify_store(wh, report)
     collections: set[str] = set()
     for folder, kind in commit_folders(wh):
         try:
             manifest = read_manifest(folder, kind)
         except CorruptFileError as exc:
             path = folder / MANIFEST
-            report.damaged.append((path, exc.message.removeprefix(f"{path} ")))
+            report.damaged.append((str(path), exc.message.removeprefix(f"{path} ")))
             continue
         if manifest is None:
             continue  # never committed: not data (gc removes it)
-        report.commits += 1
+        if wh.remote is None:  # a mirror's folders were counted in the store
+            report.commits += 1
         if folder.parent == wh.collections_dir:
             collections.add(folder.name)
         for entry in manifest.files:
-            report.files += 1
+            if wh.remote is None:
+                report.files += 1
             problem = _file_problem(folder / entry.path, entry)
             if problem is not None:
-                report.damaged.append((folder / entry.path, problem))
+                report.damaged.append((str(folder / entry.path), problem))
     for folder in sorted(p for p in wh.silver_dir.iterdir() if p.is_dir()) if wh.silver_dir.exists() else ():
         if folder.name not in collections and _readable(folder):
             report.notes.append(f"silver/{folder.name} belongs to no committed collection (never shown)")
@@ -77,9 +88,9 @@ def verify(wh: Warehouse) -> VerifyReport:
         try:
             RunRecord.from_json(json.loads(run_json.read_text()), str(run_json))
         except ValueError as exc:
-            report.damaged.append((run_json, f"is not valid JSON: {exc}"))
+            report.damaged.append((str(run_json), f"is not valid JSON: {exc}"))
         except CorruptFileError as exc:
-            report.damaged.append((run_json, exc.message.removeprefix(f"{run_json} ")))
+            report.damaged.append((str(run_json), exc.message.removeprefix(f"{run_json} ")))
     return report
 
 
@@ -88,3 +99,41 @@ def _readable(silver_folder: Path) -> bool:
         return read_manifest(silver_folder, SilverManifest) is not None
     except CorruptFileError:
         return False
+
+
+def verify_store(wh: Warehouse, report: VerifyReport) -> None:
+    """Check that every object a committed manifest on the store lists is there, with its
+    size (contents are checked against the sha256 when a mirror downloads them)."""
+    from tracebank.warehouse.mirror import remote_errors
+
+    with remote_errors(wh.remote):
+        sizes = {f.path: f.size for f in wh.remote.walk("")}
+        for key in sorted(k for k in sizes if k.endswith(f"/{MANIFEST}")):
+            folder = key.rpartition("/")[0]
+            kind = _kind_of(folder)
+            if kind is None:
+                continue
+            uri = f"{wh.remote.uri}/{key}"
+            try:
+                manifest = kind.from_json(json.loads(wh.remote.get(key) or b"null"), uri)
+            except (ValueError, CorruptFileError) as exc:
+                report.damaged.append((uri, str(exc).removeprefix(f"{uri} ")))
+                continue
+            report.commits += 1
+            for entry in manifest.files:
+                report.files += 1
+                size = sizes.get(f"{folder}/{entry.path}")
+                if size is None or size != entry.bytes:
+                    problem = "missing" if size is None else f"{size} bytes, manifest says {entry.bytes}"
+                    report.damaged.append((f"{wh.remote.uri}/{folder}/{entry.path}", problem))
+
+
+def _kind_of(folder: str) -> type[Manifest] | None:
+    parts = folder.split("/")
+    if len(parts) == 2 and parts[0] == "collections":
+        return CollectionManifest
+    if len(parts) == 2 and parts[0] == "silver":
+        return SilverManifest
+    if len(parts) == 3 and parts[0] == "datasets":
+        return DatasetManifest
+    return None

@@ -261,3 +261,20 @@ def test_a_folder_warehouse_copied_onto_the_store_is_read_from_there(tmp_path, m
     query = "SELECT count(*) n, sum(prompt_len) p FROM llm_calls"
     assert run_sql(moved, query).to_pylist() == run_sql(folder, query).to_pylist()
     assert run_sql(moved, query).to_pylist()[0]["n"] > 0
+
+
+def test_verify_checks_the_store_and_names_a_missing_object(machines, s3_bucket):
+    import boto3
+
+    a = machines("a")
+    _commit(a, "c1")
+    ok = CliRunner().invoke(cli, ["--warehouse", a.location, "verify"])
+    assert ok.exit_code == 0 and ok.stdout == "verify: 6 files in 2 commits checked; all intact\n"
+    boto3.client("s3").delete_object(Bucket=s3_bucket, Key="shared/wh/collections/c1/attempts-0000.parquet")
+    out = CliRunner().invoke(cli, ["--warehouse", a.location, "verify"])
+    assert out.exit_code == 1
+    assert out.stdout == (
+        f"damaged s3://{s3_bucket}/shared/wh/collections/c1/attempts-0000.parquet: missing\n"
+        "verify: 6 files in 2 commits checked; 1 damaged\n"
+    )
+    assert out.stderr.startswith(f"Error: 1 damaged file(s) in s3://{s3_bucket}/shared/wh (restore them")

@@ -25,7 +25,7 @@ def verify(wh: Any) -> None:
     click.echo(report.summary())
     if report.damaged:
         raise CorruptFileError(
-            f"{len(report.damaged)} damaged file(s) in {wh.root}",
+            f"{len(report.damaged)} damaged file(s) in {wh.location}",
             "restore them from a backup; silver caches rebuild with `tracebank collect --rebuild-silver`",
         )
 
