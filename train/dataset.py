@@ -18,7 +18,7 @@ from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.records import DatasetManifest
-from tracebank.warehouse.storage import iter_batches, read_table, verify_hashes
+from tracebank.warehouse.storage import entry_paths, iter_batches, read_table, verify_hashes
 
 MODEL_COLUMNS = ["input_ids", "attention_mask", "labels"]
 
@@ -47,8 +47,7 @@ class DatasetVersion:
     def split_files(self) -> dict[str, list[Path]]:
         """Data files per split (``train``, ``validation``...), in manifest order."""
         return {
-            split: [self.folder / e.path for e in entries]
-            for split, entries in self.record.split_files().items()
+            split: entry_paths(self.folder, entries) for split, entries in self.record.split_files().items()
         }
 
     def split_rows(self) -> dict[str, int]:

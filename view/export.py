@@ -39,6 +39,7 @@ from tracebank.view.conversation import (
 )
 from tracebank.view.errors import ViewError
 from tracebank.view.roundtrip import RoundTrip, check_row
+from tracebank.view.tables import READ
 from tracebank.view.tokenizer import load_tokenizer, local_model_dir
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.layout import Warehouse
@@ -265,7 +266,7 @@ def export(wh: Warehouse, config: ExportConfig) -> ExportResult:
     config.validate()
     version = version_rows(wh, config.dataset, config.split)
     config.output.parent.mkdir(parents=True, exist_ok=True)
-    con = connect(wh)
+    con = connect(wh, only=set(READ))
     try:
         tok_dir = config.tokenizer or local_model_dir(served_models(con, version))
         tally = _Tally(load_tokenizer(tok_dir) if tok_dir else None)

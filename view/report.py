@@ -10,6 +10,7 @@ from pathlib import Path
 from tracebank.view.config import ReportConfig
 from tracebank.view.report_data import gather
 from tracebank.view.report_html import page
+from tracebank.view.tables import READ
 from tracebank.view.tokenizer import load_tokenizer
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.query import connect
@@ -39,7 +40,7 @@ def plotly_js() -> str:
 
 def report(wh: Warehouse, config: ReportConfig) -> ReportResult:
     """Write the report ``config`` asks for; see the module docstring."""
-    con = connect(wh)
+    con = connect(wh, only=set(READ))
     try:
         data = gather(wh, con, config, load_tokenizer)
     finally:

@@ -6,6 +6,7 @@ import duckdb
 from tracebank.view.config import ShowConfig
 from tracebank.view.conversation import iter_rows, load_conversation, ranked_rollouts, version_rows
 from tracebank.view.errors import NothingToShowError
+from tracebank.view.tables import READ
 from tracebank.view.text import conversation_text, dataset_row_text
 from tracebank.view.tokenizer import load_tokenizer
 from tracebank.warehouse.layout import Warehouse
@@ -15,7 +16,7 @@ from tracebank.warehouse.query import connect
 def show(wh: Warehouse, config: ShowConfig) -> str:
     """The text `tracebank show` prints for ``config``."""
     config.validate()
-    con = connect(wh)
+    con = connect(wh, only=set(READ))
     try:
         if config.dataset:
             return _show_row(wh, con, config)

@@ -127,6 +127,9 @@ def size_problem(path: Path, entry: FileEntry) -> str | None:
 
 def check_sizes(folder: Path, manifest: Manifest) -> None:
     """Cheap integrity check: every listed file exists with the recorded size."""
+    from tracebank.warehouse.mirror import ensure_files  # a mirror fetches what it lacks first
+
+    ensure_files(folder, manifest.files)
     for entry in manifest.files:
         problem = size_problem(folder / entry.path, entry)
         if problem is not None:

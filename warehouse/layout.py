@@ -80,7 +80,11 @@ class Warehouse:
         store = open_store(chosen)
         if isinstance(store, LocalStore):
             return cls(store.root)
-        return cls(mirror_folder(store.uri), store)
+        from tracebank.warehouse.mirror import register
+
+        wh = cls(mirror_folder(store.uri), store)
+        register(wh)
+        return wh
 
     @property
     def location(self) -> str:

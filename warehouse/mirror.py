@@ -5,11 +5,13 @@ The object store holds the truth; this machine keeps a mirror (``Warehouse.root`
 warehouse. :class:`~tracebank.warehouse.storage.Storage` calls in here at each transition:
 
 - **Reading** (:func:`pull_folders`, :func:`pull_runs`): list the store; a folder is
-  committed when its manifest key exists. Its files are downloaded, checked against the
-  manifest's sha256 and size, and only then is the manifest written into the mirror, so
-  the mirror, like the store, shows only whole, verified folders. A folder whose manifest
-  went (a retired collection) goes from the mirror too. The listing's size and time of each
-  manifest are remembered beside it, so an unchanged folder costs nothing the next time.
+  committed when its manifest key exists, and its manifest is copied into the mirror. A
+  folder whose manifest went (a retired collection) goes from the mirror too. The listing's
+  size and time of each manifest are remembered beside it, so an unchanged folder costs
+  nothing the next time. Data files come when a reader first needs them
+  (:func:`ensure_files`, called by ``storage.files_of``): downloaded beside their final name,
+  checked against the manifest's size and sha256, then renamed into place, so a mirror holds
+  only what its machine read, and only verified bytes.
 - **Committing** (:func:`push_commit`): the data files go up under their final names (each
   in a folder only this writer uses: a reserved version number, a fresh collection id, a
   random silver build suffix), then the manifest, last. A collection's or a version's
@@ -33,7 +35,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from tracebank.warehouse.claims import Owner
     from tracebank.warehouse.layout import Warehouse
     from tracebank.warehouse.objectstore import ObjectStore, StoredFile
-    from tracebank.warehouse.records import Manifest
+    from tracebank.warehouse.records import FileEntry, Manifest
 
 MANIFEST = "manifest.json"
 FORMAT = "FORMAT.json"
@@ -114,40 +116,60 @@ def _stamp(f: StoredFile) -> str:
 
 
 def _download_verified(wh: Warehouse, key: str, dest: Path, size: int, sha256: str) -> None:
-    if dest.exists() and dest.stat().st_size == size and commit.sha256_file(dest) == sha256:
-        return
     with commit.atomic_path(dest) as tmp:
         if not wh.remote.get_file(key, tmp):
-            raise CorruptFileError(f"{wh.remote.uri}/{key} is listed by its manifest but missing")
+            raise CorruptFileError(f"committed file {wh.remote.uri}/{key} is missing from the store")
         if tmp.stat().st_size != size or commit.sha256_file(tmp) != sha256:
             raise CorruptFileError(
-                f"{wh.remote.uri}/{key} does not match its manifest (size or sha256)",
+                f"committed file {wh.remote.uri}/{key} does not match its manifest (size or sha256)",
                 "the object was altered after commit; restore it or remove its folder's manifest",
             )
 
 
 def pull_folder(wh: Warehouse, folder: Path, kind: type[Manifest], listed: StoredFile | None = None) -> None:
-    """Bring one folder of the store into the mirror as the store has it now (committed,
-    replaced or retired); ``listed``, its manifest's listing entry, lets an unchanged one be skipped."""
+    """Bring one folder's manifest from the store into the mirror as the store has it now
+    (committed, replaced or retired); ``listed``, its listing entry, lets an unchanged one be
+    skipped. Its data files come when a reader asks for them (:func:`ensure_files`)."""
     key = rel(wh, folder)
     if listed is not None and (folder / PULLED).exists() and (folder / PULLED).read_text() == _stamp(listed):
         return
     with remote_errors(wh.remote):
         data = wh.remote.get(f"{key}/{MANIFEST}")
-        if data is None:
-            _retire(folder)
-            return
-        try:
-            manifest = kind.from_json(json.loads(data), f"{wh.remote.uri}/{key}/{MANIFEST}")
-        except ValueError as exc:
-            raise CorruptFileError(f"{wh.remote.uri}/{key}/{MANIFEST} is not valid JSON: {exc}") from exc
-        local = folder / MANIFEST
-        if not (local.exists() and local.read_bytes() == data):
-            for entry in manifest.files:
-                _download_verified(wh, f"{key}/{entry.path}", folder / entry.path, entry.bytes, entry.sha256)
-            commit.write_bytes_atomic(local, data)
+    if data is None:
+        _retire(folder)
+        return
+    try:
+        kind.from_json(json.loads(data), f"{wh.remote.uri}/{key}/{MANIFEST}")
+    except ValueError as exc:
+        raise CorruptFileError(f"{wh.remote.uri}/{key}/{MANIFEST} is not valid JSON: {exc}") from exc
+    local = folder / MANIFEST
+    if not (local.exists() and local.read_bytes() == data):
+        commit.write_bytes_atomic(local, data)
     if listed is not None:
         commit.write_bytes_atomic(folder / PULLED, _stamp(listed).encode())
+
+
+#: The mirrors this process works in, by root: how a reader given only a folder finds its store.
+_MIRRORS: dict[Path, Warehouse] = {}
+
+
+def register(wh: Warehouse) -> None:
+    """Note that ``wh.root`` mirrors ``wh.remote`` (``Warehouse.resolve`` calls it)."""
+    _MIRRORS[wh.root] = wh
+
+
+def ensure_files(folder: Path, entries: Iterable[FileEntry]) -> None:
+    """Download the committed files ``entries`` of ``folder`` that this mirror lacks, each
+    checked against its manifest entry; nothing for a folder that is not in a mirror."""
+    wh = next((w for root, w in _MIRRORS.items() if folder.is_relative_to(root)), None)
+    if wh is None:
+        return
+    key = rel(wh, folder)
+    with remote_errors(wh.remote):
+        for entry in entries:
+            path = folder / entry.path
+            if not (path.exists() and path.stat().st_size == entry.bytes):
+                _download_verified(wh, f"{key}/{entry.path}", path, entry.bytes, entry.sha256)
 
 
 def _retire(folder: Path) -> None:

@@ -19,8 +19,8 @@ from tracebank.warehouse import catalog, schemas
 from tracebank.warehouse.commit import size_problem
 from tracebank.warehouse.errors import CorruptFileError, QueryError
 from tracebank.warehouse.layout import Warehouse
-from tracebank.warehouse.records import Manifest
-from tracebank.warehouse.storage import Storage
+from tracebank.warehouse.records import FileEntry, Manifest
+from tracebank.warehouse.storage import Storage, entry_paths
 
 READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}  # EXPLAIN of a SELECT; see _statement_kind
 
@@ -107,20 +107,36 @@ def _view_over_arrow(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table)
 
 
 def _files_by_table(
-    entries: Sequence[tuple[Path, Manifest]], check: bool, damaged: dict[str, list[str]]
+    entries: Sequence[tuple[Path, Manifest]],
+    check: bool,
+    damaged: dict[str, list[str]],
+    only: set[str] | None = None,
 ) -> dict[str, list[Path]]:
-    """The committed files of each table; with ``check``, a file whose size differs from its
-    manifest (or that is gone) is left out and named in ``damaged`` under its table instead."""
+    """The committed files of each table (of the tables in ``only``, when given); with ``check``,
+    a file whose size differs from its manifest (or that is gone) is left out and named in
+    ``damaged`` under its table instead."""
     out: dict[str, list[Path]] = {}
     for folder, manifest in entries:
         for entry in manifest.files:
             table = entry.table or ""
-            problem = size_problem(folder / entry.path, entry) if check else None
+            if only is not None and table not in only:
+                continue
+            problem = _file_problem(folder, entry, check)
             if problem is not None:
                 damaged.setdefault(table, []).append(problem)
                 continue
             out.setdefault(table, []).append(folder / entry.path)
     return out
+
+
+def _file_problem(folder: Path, entry: FileEntry, check: bool) -> str | None:
+    """Why a committed file cannot be read (a mirror could not fetch it; with ``check``, its
+    size is not its manifest's), or None."""
+    try:
+        entry_paths(folder, [entry])
+    except CorruptFileError as exc:
+        return exc.message
+    return size_problem(folder / entry.path, entry) if check else None
 
 
 def _damaged_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, problems: list[str]) -> None:
@@ -134,21 +150,49 @@ def _damaged_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, 
     )
 
 
+_DATASET_ROWS_EMPTY = pa.schema(
+    [("dataset", pa.string()), ("version", pa.int64()), ("split", pa.string()), *schemas.DATASET_ROWS]
+)
+#: Views over other views: reading one reads these.
+_DEPENDS = {"rollout_rewards": {"attempts", "rewards"}}
+
+
+def _with_dependencies(tables: set[str]) -> set[str]:
+    return tables.union(*(_DEPENDS.get(t, set()) for t in tables))
+
+
+def tables_read(sql: str) -> set[str] | None:
+    """The tables the statements of ``sql`` read, as DuckDB's parser tells; None when it cannot
+    tell (``SHOW TABLES``, catalog functions): then every table is needed."""
+    con = duckdb.connect(":memory:")
+    try:
+        names: set[str] = set()
+        for statement in duckdb.extract_statements(sql):
+            found = con.get_table_names(statement.query)
+            if not found:
+                return None
+            names |= found
+        return names
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+
+
 def _dataset_rows_view(con: duckdb.DuckDBPyConnection, wh: Warehouse, check: bool) -> list[str]:
     """Create the ``dataset_rows`` view; the files it reads."""
     keys: dict[str, list[Any]] = {"filename": [], "dataset": [], "version": [], "split": []}
     problems: list[str] = []
     for folder, manifest in catalog.dataset_versions(wh):
         for entry in manifest.files:
-            problem = size_problem(folder / entry.path, entry) if check else None
+            problem = _file_problem(folder, entry, check)
             if problem is not None:
                 problems.append(problem)
             keys["filename"].append(str(folder / entry.path))
             keys["dataset"].append(manifest.name)
             keys["version"].append(catalog.version_number(folder))
             keys["split"].append(entry.split or "train")
-    keys_schema = [("dataset", pa.string()), ("version", pa.int64()), ("split", pa.string())]
-    empty = pa.schema(keys_schema + list(schemas.DATASET_ROWS))
+    empty = _DATASET_ROWS_EMPTY
     if problems:
         _damaged_view(con, "dataset_rows", empty, problems)
         return []
@@ -233,29 +277,34 @@ def _run_metrics_view(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
     _view_over_arrow(con, "run_metrics", pa.Table.from_pylist(rows, schema=schema))
 
 
-def connect(wh: Warehouse, check: bool = True) -> duckdb.DuckDBPyConnection:
+def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with a view for every warehouse table.
 
     ``check`` compares every committed file's size with its manifest first, so
-    a truncated file is named up front instead of failing mid-query.
+    a truncated file is named up front instead of failing mid-query. ``only``: the data
+    tables a statement reads (see :func:`tables_read`); the others are left empty, so a
+    mirror of a warehouse on object storage fetches just what the statement needs.
     """
+    only = None if only is None else _with_dependencies(only)
     wh.check_format()
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")  # timestamps print the same on every machine
     con.execute(f"CREATE SCHEMA {INTERNAL}")
     damaged: dict[str, list[str]] = {}
     collections = catalog.collections(wh)
-    bronze = _files_by_table(collections, check, damaged)
+    bronze = _files_by_table(collections, check, damaged, only)
     # Silver of a collection whose manifest is gone is not shown: its bronze no longer exists.
     collection_ids = {folder.name for folder, _ in collections}
     caches = [(folder, m) for folder, m in catalog.silver_caches(wh) if folder.name in collection_ids]
-    silver = _files_by_table(caches, check, damaged)
+    silver = _files_by_table(caches, check, damaged, only)
     for name, schema in (*schemas.BRONZE.items(), *schemas.SILVER.items()):
         if name in damaged:
             _damaged_view(con, name, schema, damaged[name])
         else:
             _view_over_files(con, name, (bronze if name in schemas.BRONZE else silver).get(name, []), schema)
-    gold = _dataset_rows_view(con, wh, check)
+    gold = _dataset_rows_view(con, wh, check) if only is None or "dataset_rows" in only else []
+    if not gold and only is not None and "dataset_rows" not in only:
+        _view_over_arrow(con, "dataset_rows", _DATASET_ROWS_EMPTY.empty_table())
     _catalog_view(con, "collections", [m.to_json() for _, m in collections], COLLECTION_KEYS)
     _catalog_view(con, "datasets", [m.to_json() for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)
     _catalog_view(con, "runs", [r.to_json() for _, r in catalog.runs(wh)], RUN_KEYS)
@@ -326,7 +375,7 @@ def run_sql(wh: Warehouse, sql: str, params: Sequence[Any] | Mapping[str, Any] |
     ``params`` fill ``?`` / ``$name`` placeholders (DuckDB binds them: values never become SQL).
     """
     ensure_read_only(sql)
-    con = connect(wh)
+    con = connect(wh, only=tables_read(sql) if wh.remote is not None else None)
     try:
         return con.sql(sql, params=params).to_arrow_table()
     except duckdb.InvalidInputException as exc:

@@ -49,6 +49,7 @@ M = TypeVar("M", bound=Manifest)
 __all__ = [
     "Storage",
     "check_sizes",
+    "entry_paths",
     "files_of",
     "iter_batches",
     "read_manifest",
@@ -105,7 +106,14 @@ def version_number(folder: Path) -> int:
 
 def files_of(folder: Path, manifest: Manifest, table: str | None = None) -> list[Path]:
     """Paths of the files ``manifest`` lists (of ``table`` only, when given), in commit order."""
-    return [folder / e.path for e in manifest.files_of(table)]
+    return entry_paths(folder, manifest.files_of(table))
+
+
+def entry_paths(folder: Path, entries: list[FileEntry]) -> list[Path]:
+    """Local paths of committed files ``entries`` of ``folder``; in a mirror of a warehouse on
+    object storage, the ones not read on this machine before are downloaded (and checked) first."""
+    mirror.ensure_files(folder, entries)
+    return [folder / e.path for e in entries]
 
 
 def read_table(

@@ -20,7 +20,7 @@ from tracebank.warehouse.claims import Owner, try_claim, warehouse_claim
 from tracebank.warehouse.errors import CorruptFileError
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.mirror import RemoteClaim
-from tracebank.warehouse.storage import Storage
+from tracebank.warehouse.storage import Storage, files_of
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 from tracebank.cli.main import cli
@@ -56,7 +56,11 @@ def test_the_mirror_lives_in_the_cache_and_the_store_holds_the_truth(machines, s
     b = machines("b")
     assert not b.root.exists() or not (b.root / "collections").exists()
     assert _ids(b) == ["c1"]
-    assert (b.root / "collections" / "c1" / "spans-0000.parquet").exists()
+    folder = b.root / "collections" / "c1"
+    assert (folder / "manifest.json").exists() and not list(folder.glob("*.parquet"))  # listed only
+    [(_, manifest)] = Storage(b).collections()
+    [spans] = files_of(folder, manifest, "spans")  # a reader asks: that table's file comes
+    assert spans.exists() and sorted(p.name for p in folder.glob("*.parquet")) == ["spans-0000.parquet"]
 
 
 def test_a_retired_collection_goes_from_every_mirror(machines):
@@ -93,15 +97,18 @@ def test_an_altered_object_is_refused_in_one_line(machines, s3_bucket):
     body[len(body) // 2] ^= 0xFF  # same size, other bytes
     s3.put_object(Bucket=s3_bucket, Key=key, Body=bytes(body))
     b = machines("b")
+    [(folder, manifest)] = Storage(b).collections()
     with pytest.raises(CorruptFileError, match="does not match its manifest"):
-        Storage(b).collections()
+        files_of(folder, manifest, "spans")
+    assert not (folder / "spans-0000.parquet").exists()  # nothing unverified lands in the mirror
+    other = CliRunner().invoke(cli, ["--warehouse", b.location, "sql", "SELECT count(*) n FROM attempts"])
+    assert other.exit_code == 0  # only the altered object's table fails
     out = CliRunner().invoke(cli, ["--warehouse", b.location, "sql", "SELECT count(*) FROM spans"])
     assert out.exit_code == 1
     assert out.stderr.splitlines() == [
-        f"Error: s3://{s3_bucket}/shared/wh/collections/c1/spans-0000.parquet does not match its manifest "
-        "(size or sha256) (the object was altered after commit; restore it or remove its folder's manifest)"
+        f"Error: table spans: committed file s3://{s3_bucket}/shared/wh/collections/c1/spans-0000.parquet "
+        "does not match its manifest (size or sha256) (run `tracebank verify` to see every damaged file)"
     ]
-    assert not (b.root / "collections" / "c1" / "manifest.json").exists()
 
 
 def test_an_unreachable_store_is_one_line(tmp_path, monkeypatch):
@@ -278,3 +285,21 @@ def test_verify_checks_the_store_and_names_a_missing_object(machines, s3_bucket)
         "verify: 6 files in 2 commits checked; 1 damaged\n"
     )
     assert out.stderr.startswith(f"Error: 1 damaged file(s) in s3://{s3_bucket}/shared/wh (restore them")
+
+
+def test_sql_fetches_only_the_tables_its_statement_reads(machines):
+    from tracebank.warehouse.query import run_sql, tables_read
+
+    a = machines("a")
+    _commit(a, "c1")
+    build_silver(a, "c1")
+    b = machines("b")
+    fetched = lambda: sorted(p.name.split("-")[0] for p in b.root.rglob("*.parquet"))  # noqa: E731
+    assert run_sql(b, "SELECT count(*) n FROM attempts").to_pylist() == [{"n": 4}]
+    assert fetched() == ["attempts"]
+    assert run_sql(b, "SELECT count(*) n FROM rollout_rewards").to_pylist() == [{"n": 4}]
+    assert fetched() == ["attempts", "rewards"]  # the view's own sources come too
+    assert tables_read("SHOW TABLES") is None  # cannot tell: everything is there
+    names = {r["name"] for r in run_sql(b, "SHOW TABLES").to_pylist()}
+    assert {"spans", "llm_calls", "dataset_rows"} <= names
+    assert "spans" in fetched()
