@@ -29,6 +29,7 @@ from tracebank.transform.agl1_rows import (
 )
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.transform.manifest import content_hash, rows_digest, source_hash, stats
+from tracebank.transform.provenance import metadata_fields, served_models
 from tracebank.transform.writer import encode
 from tracebank.warehouse import schemas
 from tracebank.warehouse.layout import Warehouse
@@ -116,9 +117,20 @@ def build_agl1_version(
     sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
     version, folder = storage.reserve_version(config.name)
     try:
+        # Built whole in memory, so the hash is known before the file is written.
+        digest = rows_digest(table)
+        hashed = content_hash(config, sources, [{"split": "train", "rows": table.num_rows, "digest": digest}])
+        provenance = {
+            "dataset": config.name,
+            "version": version,
+            "tracebank_version": tracebank_version(),
+            "served_models": served_models(config, chosen) or None,
+            "split": "train",
+            "content_hash": hashed,
+        }
+        table = table.replace_schema_metadata(metadata_fields(provenance))
         entry = storage.write_buffer(folder, "train.parquet", encode(table), table.num_rows, "dataset_rows")
         entry.split = "train"
-        digest = rows_digest(table)
         ids = table.column("input_ids").to_pylist()
         frame = pl.DataFrame(
             {
@@ -135,9 +147,7 @@ def build_agl1_version(
             version=version,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             tracebank_version=tracebank_version(),
-            content_hash=content_hash(
-                config, sources, [{"split": "train", "rows": table.num_rows, "digest": digest}]
-            ),
+            content_hash=hashed,
             params=config.params(),
             sources=sources,
             counts={

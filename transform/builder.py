@@ -18,6 +18,7 @@ silver caches and the row writing on a Ray cluster.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import tempfile
 from collections.abc import Callable, Iterator
@@ -46,7 +47,7 @@ from tracebank.transform.rows import CallTokens, RowTokens, build_rows
 from tracebank.transform.select import rollout_scores, select_rows
 from tracebank.transform.spill import TokenSpill
 from tracebank.transform.triplets import CallCounts, rewarded_calls
-from tracebank.transform.writer import WrittenSplit, write_split
+from tracebank.transform.writer import OpenSplit, open_split
 from tracebank.warehouse import schemas
 from tracebank.warehouse.arrowutil import arrow_ints
 from tracebank.warehouse.catalog import DatasetRef
@@ -213,19 +214,22 @@ def spill_tokens(
     return spill.finish()
 
 
-SplitWriter = Callable[[Storage, Path, str, pl.DataFrame, RowTokens, dict[str, Any]], WrittenSplit]
+SplitWriter = Callable[
+    [contextlib.ExitStack[Any], Storage, Path, str, pl.DataFrame, RowTokens, dict[str, Any]], OpenSplit
+]
 
 
 def _local_writer(
+    stack: contextlib.ExitStack[Any],
     storage: Storage,
     folder: Path,
     split: str,
     frame: pl.DataFrame,
     source: RowTokens,
     provenance: dict[str, Any],
-) -> WrittenSplit:
-    # Looked up at call time, so a test can replace builder.write_split.
-    return write_split(storage, folder, split, frame, source, provenance=provenance)
+) -> OpenSplit:
+    # Looked up at call time, so a test can replace builder.open_split.
+    return open_split(stack, storage, folder, split, frame, source, provenance=provenance)
 
 
 def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
@@ -316,8 +320,8 @@ def build_version(
     sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
     storage = Storage(wh)
     version, folder = storage.reserve_version(config.name)
-    # The content hash is known only once the rows are written (they stream, a piece at a
-    # time), so the files name their version, not the hash; the manifest holds the hash.
+    # The content hash digests the rows, which stream into the files a piece at a time: the
+    # files stay open until it is known, then get it with the rest of their provenance.
     provenance = {
         "dataset": config.name,
         "version": version,
@@ -325,22 +329,27 @@ def build_version(
         "served_models": served_models(config, chosen) or None,
     }
     try:
-        files, digests, max_ids = [], [], []
-        for split, frame in (("train", train), ("validation", validation)):
-            if frame.height == 0:
-                continue
-            written = write(storage, folder, split, frame, source, provenance)
-            files += written.entries
-            digests.append({"split": split, "rows": frame.height, "digest": written.digest})
-            max_ids.append(written.max_token_id)
-        hashed = content_hash(config, sources, digests)
-        same = None if config.force else identical_version(wh, config.name, hashed)
+        with contextlib.ExitStack() as stack:
+            opened: list[OpenSplit] = []
+            digests, max_ids = [], []
+            for split, frame in (("train", train), ("validation", validation)):
+                if frame.height == 0:
+                    continue
+                opened.append(write(stack, storage, folder, split, frame, source, provenance))
+                digests.append({"split": split, "rows": frame.height, "digest": opened[-1].digest})
+                max_ids.append(opened[-1].max_token_id)
+            hashed = content_hash(config, sources, digests)
+            same = None if config.force else identical_version(wh, config.name, hashed)
+            if same is None:
+                for split_files in opened:
+                    split_files.stamp({"content_hash": hashed})
         if same is not None:
             storage.abandon_version(folder)  # nothing of an identical version is committed
             existing_folder, existing = same
             return TransformResult(
                 DatasetRef(config.name, existing.version), existing_folder, existing, identical=True
             )
+        files = [entry for split_files in opened for entry in split_files.entries()]
         st = stats({"train": train, "validation": validation}, max_ids)
         manifest = DatasetManifest(
             name=config.name,

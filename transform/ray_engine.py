@@ -11,10 +11,12 @@ Three steps, the outer two on the cluster:
    piece's calls from the scratch files, copies out its rows and writes them as
    one Parquet file of the version.
 
-The driver then reads the pieces back in order to compute the rows digest
-(the same one the local engine computes while writing), so the version's
-content hash is the local engine's for the same inputs and options, and it
-commits the manifest last as always. Ray is imported only here, inside
+Between 2 and 3 the driver copies out each piece's rows itself, one piece at a
+time, for the rows digest only (the same one the local engine computes while
+writing), so the version's content hash is the local engine's for the same
+inputs and options and is known before any file is written: every piece carries
+it in its key-value metadata, and an identical version writes nothing. The
+manifest is committed last as always. Ray is imported only here, inside
 functions (it is an optional extra).
 
 The warehouse and the scratch folder must be reachable under the same path
@@ -23,6 +25,7 @@ from every node (one machine, or a shared filesystem).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -36,7 +39,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 from tracebank.transform.builder import (
     TOKEN_COLUMNS,
     TransformResult,
@@ -51,12 +53,10 @@ from tracebank.transform.errors import TransformError
 from tracebank.transform.manifest import RowsDigest
 from tracebank.transform.rows import CallTokens, RowTokens
 from tracebank.transform.spill import TokenSpill
-from tracebank.transform.writer import EXTRA_FIELDS, WrittenSplit, pieces, write_split
-from tracebank.warehouse import schemas
+from tracebank.transform.writer import OpenSplit, open_split, pieces, split_table
 from tracebank.warehouse.layout import Warehouse
-from tracebank.warehouse.storage import Storage, iter_batches
-
-DIGEST_COLUMNS = schemas.DATASET_ROWS.names + [f.name for f in EXTRA_FIELDS]
+from tracebank.warehouse.records import FileEntry
+from tracebank.warehouse.storage import Storage
 
 
 @dataclass(frozen=True)
@@ -131,24 +131,24 @@ def _flat(prompts: list[np.ndarray], responses: list[np.ndarray]) -> CallTokens:
     return CallTokens(po, ro, pv, rv)
 
 
-def _write_piece(row: dict[str, Any]) -> dict[str, Any]:
-    """Ray task: gather one piece's calls, copy out its rows, write them as one Parquet file."""
-    job = pickle.loads(row["job"])
+def _piece_rows(job: dict[str, Any]) -> tuple[pl.DataFrame, RowTokens]:
+    """One piece's planned rows and their tokens, gathered from the scratch files."""
     sources: _Sources = job["sources"]
     tokens, local = sources.gather(job["tok"])
     source = RowTokens(lambda: tokens, local, job["prompt_len"], job["response_len"])
+    return pl.read_ipc(io.BytesIO(job["rows"])), source
+
+
+def _write_piece(row: dict[str, Any]) -> dict[str, Any]:
+    """Ray task: gather one piece's calls, copy out its rows, write them as one Parquet file."""
+    job = pickle.loads(row["job"])
+    rows, source = _piece_rows(job)
     storage = Storage(Warehouse(Path(job["root"])))
-    rows = pl.read_ipc(io.BytesIO(job["rows"]))
-    written = write_split(
-        storage,
-        Path(job["folder"]),
-        job["split"],
-        rows,
-        source,
-        name=job["name"],
-        provenance=job["provenance"],
-    )
-    return {"index": job["index"], "result": pickle.dumps(written)}
+    with contextlib.ExitStack() as stack:  # the provenance is whole: closed at once
+        opened = open_split(
+            stack, storage, Path(job["folder"]), job["split"], rows, source, job["name"], job["provenance"]
+        )
+    return {"index": job["index"], "entries": pickle.dumps(opened.entries())}
 
 
 def _piece_job(
@@ -159,7 +159,6 @@ def _piece_job(
     piece: pl.DataFrame,
     source: RowTokens,
     sources: _Sources,
-    provenance: dict[str, Any],
 ) -> dict[str, Any]:
     """What a worker needs for one piece: its rows' chains renumbered over just their calls."""
     first = piece.get_column("first").to_numpy()
@@ -172,7 +171,7 @@ def _piece_job(
         pl.Series("last", new_first + sizes - 1, dtype=pl.Int64),
     )
     sink = rows.write_ipc(None)
-    job = {
+    return {
         "index": index,
         "root": str(storage.wh.root),
         "folder": str(path.parent),
@@ -183,43 +182,55 @@ def _piece_job(
         "prompt_len": source.prompt_len[positions],
         "response_len": source.response_len[positions],
         "sources": sources,
-        "provenance": provenance,
     }
-    return {"job": pickle.dumps(job)}
 
 
-def _digest(paths: list[Path]) -> str:
-    """The rows digest of the pieces, read back in order a few hundred rows at a time."""
+def _digest(jobs: list[dict[str, Any]]) -> tuple[str, int | None]:
+    """The rows digest of the pieces and their largest input id: each piece's rows copied out
+    here, in order, one piece at a time, exactly as its worker will."""
     digest = RowsDigest()
-    for batch in iter_batches(paths, DIGEST_COLUMNS, batch_size=512):
-        digest.update(pa.Table.from_batches([batch]))
-    return digest.hexdigest()
+    max_ids: list[int] = []
+    for job in jobs:
+        rows, source = _piece_rows(job)
+        table, max_id = split_table(rows, source)
+        digest.update(table)
+        if max_id is not None:
+            max_ids.append(max_id)
+        del table, source
+    return digest.hexdigest(), max(max_ids) if max_ids else None
 
 
 def _ray_writer(sources: _Sources) -> Any:
     import ray.data
 
-    def write(
+    def open_(
+        stack: contextlib.ExitStack[Any],
         storage: Storage,
         folder: Path,
         split: str,
         frame: pl.DataFrame,
         source: RowTokens,
         provenance: dict[str, Any],
-    ) -> WrittenSplit:
+    ) -> OpenSplit:
         parts = pieces(frame)
         paths = [folder / f"{split}-{i:05d}.parquet" for i in range(len(parts))]
-        jobs = [
-            _piece_job(storage, i, paths[i], split, p, source, sources, provenance)
-            for i, p in enumerate(parts)
-        ]
-        out = ray.data.from_items(jobs).map(_write_piece).take_all()
-        results = [pickle.loads(r["result"]) for r in sorted(out, key=lambda r: r["index"])]
-        entries = [e for r in results for e in r.entries]
-        ids = [r.max_token_id for r in results if r.max_token_id is not None]
-        return WrittenSplit(entries, _digest(paths), max(ids) if ids else None)
+        jobs = [_piece_job(storage, i, paths[i], split, p, source, sources) for i, p in enumerate(parts)]
+        digest, max_id = _digest(jobs)
+        written: list[FileEntry] = []
 
-    return write
+        def write(fields: dict[str, Any]) -> None:
+            items = [{"job": pickle.dumps({**job, "provenance": {**provenance, **fields}})} for job in jobs]
+            out = ray.data.from_items(items).map(_write_piece).take_all()
+            for r in sorted(out, key=lambda r: r["index"]):
+                written.extend(pickle.loads(r["entries"]))
+
+        def entries() -> list[FileEntry]:
+            assert written, "the pieces are written when the content hash is known"
+            return written
+
+        return OpenSplit(digest, max_id, write, entries)
+
+    return open_
 
 
 def connect(address: str | None) -> None:

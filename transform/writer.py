@@ -4,12 +4,16 @@ The split's rows are copied out of the token lists, encoded and written one
 piece (about ``PIECE_TOKENS`` tokens, one Parquet row group) after another,
 so memory does not grow with the split. The file is hashed for the manifest
 as it is written and the rows digest fed piece by piece (it does not depend on
-the cut), so nothing is read back.
+the cut), so nothing is read back. The file stays open (:func:`open_split`) until
+the version's content hash, which digests every split, is known and stamped in.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ import polars as pl
 import pyarrow as pa
 from tracebank.transform import memory
 from tracebank.transform.manifest import RowsDigest
-from tracebank.transform.provenance import metadata_fields
+from tracebank.transform.provenance import metadata_fields, stamp
 from tracebank.transform.rows import RowTokens
 from tracebank.warehouse import schemas
 from tracebank.warehouse.records import FileEntry
@@ -52,12 +56,18 @@ PARQUET_OPTIONS: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
-class WrittenSplit:
-    """A written split: its files' manifest entries, content digest and largest input id."""
+class OpenSplit:
+    """A split whose rows are digested but whose files are not final yet.
 
-    entries: list[FileEntry]
+    ``stamp(fields)`` adds the fields known only now (the content hash) to every
+    file's key-value metadata; ``entries()`` are the files' manifest entries, once
+    they are closed.
+    """
+
     digest: str
     max_token_id: int | None
+    stamp: Callable[[dict[str, Any]], None]
+    entries: Callable[[], list[FileEntry]]
 
 
 def encode(table: pa.Table) -> pa.Buffer:
@@ -94,7 +104,8 @@ def pieces(frame: pl.DataFrame, budget: int | None = None) -> list[pl.DataFrame]
     return [frame.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-def write_split(
+def open_split(
+    stack: contextlib.ExitStack[Any],
     storage: Storage,
     folder: Path,
     split: str,
@@ -102,23 +113,29 @@ def write_split(
     source: RowTokens,
     name: str | None = None,
     provenance: dict[str, Any] | None = None,
-) -> WrittenSplit:
+) -> OpenSplit:
     """Materialise ``frame``'s rows into ``folder/name`` (default ``<split>.parquet``), one
-    Parquet file written a piece at a time; ``provenance`` goes into its key-value metadata."""
+    Parquet file written a piece at a time, ``provenance`` in its key-value metadata; the file
+    is closed (and renamed into place) when ``stack`` closes, after any :attr:`OpenSplit.stamp`."""
     name = name or f"{split}.parquet"
     digest = RowsDigest()
     max_ids: list[int] = []
     schema = pa.schema(list(schemas.DATASET_ROWS) + EXTRA_FIELDS)
     schema = schema.with_metadata(metadata_fields({**(provenance or {}), "split": split}))
-    with storage.parquet_stream(folder, name, "dataset_rows", schema, **PARQUET_OPTIONS) as out:
-        for piece in pieces(frame):
-            table, max_id = split_table(piece, source)
-            out.write(table.cast(schema), row_group_size=table.num_rows)
-            digest.update(table)
-            if max_id is not None:
-                max_ids.append(max_id)
-            del table
-            memory.release()
-    assert out.entry is not None
-    out.entry.split = split
-    return WrittenSplit([out.entry], digest.hexdigest(), max(max_ids) if max_ids else None)
+    out = stack.enter_context(storage.parquet_stream(folder, name, "dataset_rows", schema, **PARQUET_OPTIONS))
+    for piece in pieces(frame):
+        table, max_id = split_table(piece, source)
+        out.write(table.cast(schema), row_group_size=table.num_rows)
+        digest.update(table)
+        if max_id is not None:
+            max_ids.append(max_id)
+        del table
+        memory.release()
+
+    def entries() -> list[FileEntry]:
+        assert out.entry is not None, "the file is still open"
+        out.entry.split = split
+        return [out.entry]
+
+    top = max(max_ids) if max_ids else None
+    return OpenSplit(digest.hexdigest(), top, partial(stamp, out.writer, schema), entries)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 import shutil
 
+import pyarrow.parquet as pq
 from click.testing import CliRunner
+from tracebank.warehouse import catalog
 from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.agl1_server import ROUND_PROMPTS, play_scenario
@@ -42,6 +44,10 @@ def test_spool_to_dataset_through_the_cli(agl1_round, wh, tmp_path):
     )
     (m,) = run_sql(wh, "SELECT rows, params FROM datasets").to_pylist()
     assert '"rules": "agl1"' in m["params"] and '"level": "transition"' in m["params"]
+    ((folder, manifest),) = catalog.dataset_versions(wh, "agl1")
+    kv = pq.read_schema(folder / "train.parquet").metadata
+    assert kv[b"tracebank.content_hash"] == manifest.content_hash.encode()
+    assert kv[b"tracebank.dataset"] == b"agl1" and kv[b"tracebank.split"] == b"train"
     recipe = run.invoke(cli, [*base, "transform", "--dataset", "recipe"])
     assert recipe.exit_code == 0 and recipe.stdout.startswith("wrote recipe@v1: ")
 

@@ -111,15 +111,25 @@ def test_an_identical_transform_writes_nothing_unless_forced(wh, version):
 
 
 def test_split_files_carry_their_provenance(version):
-    import pyarrow.parquet as pq
+    import duckdb
 
-    meta = pq.read_schema(version.folder / "train.parquet").metadata
-    fields = {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"tracebank.")}
-    assert fields["tracebank.dataset"] == "ds" and fields["tracebank.version"] == str(version.ref.version)
-    assert fields["tracebank.split"] == "train"
-    # Rows stream into the file before the version's hash exists: the manifest holds the hash.
-    assert "tracebank.content_hash" not in fields
-    assert "tracebank.tracebank_version" in fields
+    content_hash = version.manifest["content_hash"]
+    assert {f["split"] for f in version.manifest["files"]} == {"train", "validation"}
+    for f in version.manifest["files"]:
+        path = version.folder / f["path"]
+        footer = pq.read_metadata(path).metadata
+        assert footer[b"tracebank.content_hash"] == content_hash.encode()
+        # Arrow readers take the schema's metadata from ARROW:schema: it names the hash too.
+        fields = {k.decode(): v.decode() for k, v in pq.read_schema(path).metadata.items()}
+        assert fields == {k.decode(): v.decode() for k, v in footer.items() if k != b"ARROW:schema"}
+        assert fields["tracebank.content_hash"] == content_hash
+        assert fields["tracebank.dataset"] == "ds" and fields["tracebank.version"] == str(version.ref.version)
+        assert fields["tracebank.split"] == f["split"]
+        assert "tracebank.tracebank_version" in fields
+        kv = duckdb.sql(f"SELECT key, value FROM parquet_kv_metadata('{path}')").fetchall()
+        assert (b"tracebank.content_hash", content_hash.encode()) in kv
+        assert [k for k, _ in kv].count(b"ARROW:schema") == 1
+    verify_hashes(version.folder, version.record)  # the manifest's sha256 is of the stamped file
 
 
 def test_loads_with_hugging_face_datasets(version):
@@ -165,16 +175,16 @@ def test_unknown_collection_and_no_rows(wh, tmp_path):
 def test_a_failed_write_leaves_no_version(wh, monkeypatch):
     import tracebank.transform.builder as builder
 
-    real = builder.write_split
+    real = builder.open_split
     calls = []
 
-    def failing(storage, folder, split, frame, source, **options):
+    def failing(stack, storage, folder, split, frame, source, **options):
         calls.append(split)
         if split == "validation":
             raise OSError("disk full")
-        return real(storage, folder, split, frame, source, **options)
+        return real(stack, storage, folder, split, frame, source, **options)
 
-    monkeypatch.setattr(builder, "write_split", failing)
+    monkeypatch.setattr(builder, "open_split", failing)
     before = catalog.dataset_versions(wh, "ds")
     with pytest.raises(OSError):
         transform(wh, TransformConfig(name="ds", val_fraction=0.2))

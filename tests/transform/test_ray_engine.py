@@ -40,7 +40,7 @@ def test_ray_engine_commits_the_local_engines_version(two_collections, ray_addre
     # Several pieces per split, each written by a worker.
     monkeypatch.setattr(writer, "PIECE_TOKENS", 20_000)
     on_ray = run_transform(wh, config, engine="ray", address=ray_address)
-    local = transform(wh, config)
+    local = transform(wh, dataclasses.replace(config, force=True))  # else: identical to v1
     assert on_ray.manifest["counts"]["silver"] == local.manifest["counts"]["silver"] == {"cached": 2}
     assert on_ray.manifest["content_hash"] == local.manifest["content_hash"]
     assert on_ray.manifest["stats"] == local.manifest["stats"]
@@ -49,6 +49,35 @@ def test_ray_engine_commits_the_local_engines_version(two_collections, ray_addre
     verify_hashes(on_ray.folder, on_ray.record)
     assert _rows(on_ray) == _rows(local)
     assert not list(wh.tmp_dir.iterdir()), "the scratch folder is removed"
+    # Every piece a worker wrote names the version and its hash, as the local engine's files do.
+    expected = {split: _provenance(local.folder / f"{split}.parquet") for split in ("train", "validation")}
+    assert expected["train"]["tracebank.content_hash"] == local.manifest["content_hash"]
+    for f in on_ray.manifest["files"]:
+        got = _provenance(on_ray.folder / f["path"])
+        assert got["tracebank.version"] == str(on_ray.ref.version)
+        assert got == {**expected[f["split"]], "tracebank.version": str(on_ray.ref.version)}
+
+
+def _provenance(path):
+    footer = pq.read_metadata(path).metadata
+    fields = {k.decode(): v.decode() for k, v in footer.items() if k.startswith(b"tracebank.")}
+    assert fields == {k.decode(): v.decode() for k, v in pq.read_schema(path).metadata.items()}
+    return fields
+
+
+def test_an_identical_version_on_ray_writes_no_piece(two_collections, ray_address, monkeypatch):
+    from tracebank.transform import ray_engine
+
+    config = TransformConfig(name="twice", seed=2)
+    first = transform(two_collections, config)
+
+    def no_write(row):  # runs on a worker: dispatching any piece fails the transform
+        raise AssertionError("an identical version wrote a piece")
+
+    monkeypatch.setattr(ray_engine, "_write_piece", no_write)
+    again = run_transform(two_collections, config, engine="ray", address=ray_address)
+    assert again.identical and again.ref == first.ref
+    assert [p.name for p in two_collections.dataset_dir("twice").iterdir()] == ["v0001"]
 
 
 def test_ray_engine_on_an_s3_warehouse_commits_the_local_engines_hash(
