@@ -3,6 +3,8 @@
 A model folder copied to another machine or pushed to a hub still says which dataset
 version (and content hash) it was trained on, by which run, from which base model, with
 which settings. Written into the staging folder, so it is published with the model.
+``tracebank.json`` also marks the folder as one train wrote: ``--overwrite`` replaces
+only such a folder (:func:`written_by_train`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 PROVENANCE_FILE = "tracebank.json"
+#: What model folders written before tracebank.json marked them hold instead.
+LEGACY_MARKER = ".tracebank-output.json"
 CARD_FILE = "README.md"
 _KEYS = (
     "run_id",
@@ -24,6 +28,19 @@ _KEYS = (
     "started_at",
     "hyperparameters",
 )
+
+
+def written_by_train(folder: Path) -> bool:
+    """Whether ``folder`` holds a model train wrote: its tracebank.json (or, from older
+    versions, its .tracebank-output.json) names the run."""
+    for name in (PROVENANCE_FILE, LEGACY_MARKER):
+        try:
+            doc = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("run_id"), str) and doc["run_id"]:
+            return True
+    return False
 
 
 def provenance(record: Any) -> dict[str, Any]:

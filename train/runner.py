@@ -28,7 +28,7 @@ from tracebank.train import preflight
 from tracebank.train.config import TrainConfig
 from tracebank.train.dataset import DatasetVersion, open_version, verify
 from tracebank.train.errors import TrainConfigError, TrainError
-from tracebank.train.model_card import write_model_card
+from tracebank.train.model_card import PROVENANCE_FILE, write_model_card, written_by_train
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
 from tracebank.warehouse.claims import Owner, release, try_claim
 from tracebank.warehouse.errors import TracebankError
@@ -46,13 +46,9 @@ from tracebank.warehouse.layout import Warehouse
 KILL_GRACE_S = 5.0
 
 
-#: Written into every model folder train publishes; --overwrite replaces only folders that have it.
-OUTPUT_MARKER = ".tracebank-output.json"
-
-
 def _check_output(output: Path, overwrite: bool, wh: Warehouse) -> None:
     """Refuse an --output that is, holds or lies inside the warehouse, and an --overwrite of a
-    folder that train did not write (it has no marker): nothing else is ever deleted."""
+    folder that train did not write (no tracebank.json naming a run): nothing else is ever deleted."""
     root = wh.root.resolve()
     if output == root or root in output.parents or output in root.parents:
         where = "is" if output == root else ("is inside" if root in output.parents else "contains")
@@ -67,9 +63,9 @@ def _check_output(output: Path, overwrite: bool, wh: Warehouse) -> None:
                 f"output folder {output} is not empty",
                 "pick a new --output, or pass --overwrite to replace it",
             )
-        if not (output / OUTPUT_MARKER).is_file():
+        if not written_by_train(output):
             raise TrainConfigError(
-                f"output folder {output} was not written by tracebank train (no {OUTPUT_MARKER}); "
+                f"output folder {output} was not written by tracebank train (no {PROVENANCE_FILE}); "
                 "--overwrite replaces only a model folder train wrote",
                 "pick a new --output, or move that folder away yourself",
             )
@@ -85,11 +81,6 @@ def _claim_output(output: Path, owner: Owner) -> Path:
             "wait for that run to end, or pick another --output",
         )
     return path
-
-
-def _write_marker(staging: Path, record: RunRecord) -> None:
-    marker = {"run_id": record.run_id, "dataset": record.dataset, "written_at": now()}
-    (staging / OUTPUT_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
 
 
 def _publish(staging: Path, output: Path) -> None:
@@ -354,8 +345,7 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
             record.model["saved"] = child.result.get("saved")
         if failure is not None:
             raise failure
-        _write_marker(staging, record)
-        write_model_card(staging, record)  # provenance travels with the model folder
+        write_model_card(staging, record)  # provenance travels with the model folder, and marks it
         _publish(staging, output)
     except TracebankError as exc:
         writer.finish("failed", exc.one_line())

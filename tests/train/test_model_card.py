@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tracebank.train.model_card import write_model_card
+import pytest
+from tracebank.train.model_card import LEGACY_MARKER, PROVENANCE_FILE, write_model_card, written_by_train
 
 RECORD = {
     "run_id": "20261130-120000-qa-abcd",
@@ -38,3 +39,25 @@ def test_a_placeholder_card_is_replaced(tmp_path):
     write_model_card(tmp_path, RECORD)
     assert "More Information Needed" not in (tmp_path / "README.md").read_text()
     assert json.loads((tmp_path / "tracebank.json").read_text())["run_id"] == RECORD["run_id"]
+
+
+def test_the_json_marks_the_folder_as_one_train_wrote(tmp_path):
+    assert not written_by_train(tmp_path)
+    write_model_card(tmp_path, RECORD)
+    assert written_by_train(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "marked"),
+    [
+        (LEGACY_MARKER, '{"run_id": "20260101-000000-qa-0000", "dataset": "qa@v1"}', True),
+        (PROVENANCE_FILE, '{"name": "my own config"}', False),
+        (PROVENANCE_FILE, '{"run_id": ""}', False),
+        (PROVENANCE_FILE, "[1, 2]", False),
+        (PROVENANCE_FILE, "not json", False),
+        (LEGACY_MARKER, "\xff\xfe", False),
+    ],
+)
+def test_only_a_file_naming_a_run_marks_a_folder(tmp_path, name, text, marked):
+    (tmp_path / name).write_text(text, encoding="latin-1")
+    assert written_by_train(tmp_path) is marked

@@ -12,7 +12,7 @@ import time
 import pytest
 from click.testing import CliRunner
 from tracebank.train import TrainConfig, TrainConfigError, TrainError, train
-from tracebank.train.runner import OUTPUT_MARKER
+from tracebank.train.model_card import LEGACY_MARKER, PROVENANCE_FILE
 from tracebank.warehouse import catalog
 
 from tests.train import test_failures
@@ -55,7 +55,7 @@ def test_overwrite_refuses_a_folder_tracebank_did_not_write(wh, tmp_path, tiny_m
     )
     assert out.exit_code == 2
     assert out.stderr == (
-        f"Error: output folder {mine} was not written by tracebank train (no {OUTPUT_MARKER}); "
+        f"Error: output folder {mine} was not written by tracebank train (no {PROVENANCE_FILE}); "
         "--overwrite replaces only a model folder train wrote "
         "(pick a new --output, or move that folder away yourself)\n"
     )
@@ -65,10 +65,25 @@ def test_overwrite_refuses_a_folder_tracebank_did_not_write(wh, tmp_path, tiny_m
 def test_overwrite_replaces_a_model_folder_train_wrote(wh, tmp_path, tiny_model):
     output = tmp_path / "model"
     first = train(wh, _config(output, tiny_model, max_steps=1))
-    assert json.loads((output / OUTPUT_MARKER).read_text())["run_id"] == first.run_id
+    assert json.loads((output / PROVENANCE_FILE).read_text())["run_id"] == first.run_id
     second = train(wh, _config(output, tiny_model, max_steps=1, overwrite=True))
-    assert json.loads((output / OUTPUT_MARKER).read_text())["run_id"] == second.run_id
+    assert json.loads((output / PROVENANCE_FILE).read_text())["run_id"] == second.run_id
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".model")] == []
+    assert not (output / LEGACY_MARKER).exists(), "tracebank.json is the one provenance file"
+
+
+def test_overwrite_replaces_an_older_model_folder_marked_the_old_way(wh, tmp_path, tiny_model):
+    output = tmp_path / "older"
+    output.mkdir()
+    (output / "older-weights.bin").write_bytes(b"older weights")
+    marker = {"run_id": "20260101-000000-qa-0000", "dataset": "qa@v1", "written_at": "2026-01-01"}
+    (output / LEGACY_MARKER).write_text(json.dumps(marker))
+    run = train(wh, _config(output, tiny_model, max_steps=1, overwrite=True))
+    assert json.loads((output / PROVENANCE_FILE).read_text())["run_id"] == run.run_id
+    assert (
+        not (output / LEGACY_MARKER).exists()
+        and (output / "model.safetensors").read_bytes() != b"older weights"
+    )
 
 
 def test_two_trains_with_the_same_output_cannot_both_win(wh, tmp_path, tiny_model):
@@ -85,7 +100,7 @@ def test_two_trains_with_the_same_output_cannot_both_win(wh, tmp_path, tiny_mode
     winner = train(wh, _config(output, tiny_model, max_steps=2), on_event=start_a_second_run)
     held = f"output folder {output} is being written by train run "
     assert second["error"].one_line().startswith(held)
-    assert json.loads((output / OUTPUT_MARKER).read_text())["run_id"] == winner.run_id
+    assert json.loads((output / PROVENANCE_FILE).read_text())["run_id"] == winner.run_id
     assert [r.status for _, r in catalog.runs(wh)] == ["succeeded"]  # the loser started no run
     assert not (tmp_path / ".model.claim").exists()
 
