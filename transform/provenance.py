@@ -7,18 +7,16 @@ the ids). ``pyarrow.parquet.read_schema(path).metadata`` or DuckDB's
 ``parquet_kv_metadata(path)`` read it back.
 
 The content hash is known only after every split's rows are written (it digests them),
-so a streamed file gets it last, through its still open writer (:func:`stamp`).
+so a streamed file gets it last, through its still open writer
+(``warehouse.storage.ParquetStream.add_metadata``).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from tracebank.transform.config import TransformConfig
 from tracebank.warehouse import catalog
 from tracebank.warehouse.layout import Warehouse
@@ -42,20 +40,6 @@ def metadata_fields(fields: dict[str, Any]) -> dict[bytes, bytes]:
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         meta[(PREFIX + key).encode()] = text.encode()
     return meta
-
-
-def stamp(writer: pq.ParquetWriter, schema: pa.Schema, fields: dict[str, Any]) -> None:
-    """Add ``fields`` to the key-value metadata of the file ``writer`` (opened with ``schema``)
-    is still writing, as if ``schema`` had held them from the start.
-
-    Arrow readers (``pq.read_schema``, ``pq.read_table``) take a file's schema metadata
-    from the ``ARROW:schema`` entry the writer stored when it opened, not from the plain
-    entries: that entry is replaced too (a later key wins), so every reader sees the fields.
-    """
-    meta = metadata_fields(fields)
-    whole = schema.with_metadata({**(schema.metadata or {}), **meta})
-    arrow_schema = base64.b64encode(whole.serialize().to_pybytes())
-    writer.add_key_value_metadata({**meta, b"ARROW:schema": arrow_schema})
 
 
 def identical_version(wh: Warehouse, name: str, content_hash: str) -> tuple[Path, DatasetManifest] | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 from tracebank.transform import memory
 from tracebank.transform.manifest import RowsDigest
-from tracebank.transform.provenance import metadata_fields, stamp
+from tracebank.transform.provenance import metadata_fields
 from tracebank.transform.rows import RowTokens
 from tracebank.warehouse import schemas
 from tracebank.warehouse.records import FileEntry
@@ -137,5 +136,7 @@ def open_split(
         out.entry.split = split
         return [out.entry]
 
-    top = max(max_ids) if max_ids else None
-    return OpenSplit(digest.hexdigest(), top, partial(stamp, out.writer, schema), entries)
+    def stamp(fields: dict[str, Any]) -> None:
+        out.add_metadata(metadata_fields(fields))
+
+    return OpenSplit(digest.hexdigest(), max(max_ids) if max_ids else None, stamp, entries)

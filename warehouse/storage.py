@@ -15,6 +15,7 @@ could claim a name) without changing a caller.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -185,6 +186,18 @@ class ParquetStream:
         """Append ``table``'s rows (one or more row groups)."""
         self.writer.write_table(table, row_group_size=row_group_size)
         self.rows += table.num_rows
+
+    def add_metadata(self, metadata: dict[bytes, bytes]) -> None:
+        """Add key-value metadata known only after the rows, as if the schema had held it.
+
+        Arrow readers (``pq.read_schema``, ``pq.read_table``) take a file's schema metadata
+        from the ``ARROW:schema`` entry the writer stored when it opened, not from the plain
+        entries: that entry is replaced too (a later key wins), so every reader sees it.
+        """
+        schema = self.writer.schema
+        whole = schema.with_metadata({**(schema.metadata or {}), **metadata})
+        arrow_schema = base64.b64encode(whole.serialize().to_pybytes())
+        self.writer.add_key_value_metadata({**metadata, b"ARROW:schema": arrow_schema})
 
 
 @dataclass(frozen=True)
