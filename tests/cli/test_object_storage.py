@@ -81,6 +81,20 @@ def _objects(bucket: str) -> list[str]:
     return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
 
+def _split_file_names_its_hash(bucket: str, version: str) -> None:
+    """The committed train file on the store carries its version's content hash (issue 11)."""
+    import io
+
+    import boto3
+    import pyarrow.parquet as pq
+
+    s3 = boto3.client("s3")
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"{version}/manifest.json")["Body"].read())
+    body = s3.get_object(Bucket=bucket, Key=f"{version}/train.parquet")["Body"].read()
+    meta = pq.read_metadata(io.BytesIO(body)).metadata
+    assert meta[b"tracebank.content_hash"].decode() == manifest["content_hash"]
+
+
 def _pipeline(location: str, store: str, model, out_dir) -> dict[str, str]:
     """Every stage through the CLI; what each printed (timestamps and ids stripped)."""
     seen = {"collect": _tb(location, "collect", "--store", store)}
@@ -131,6 +145,7 @@ def test_collect_transform_sql_train_on_s3_exactly_as_on_a_folder(
     keys = _objects(s3_bucket)
     assert "team/wh/FORMAT.json" in keys and "team/wh/datasets/sft/v0001/manifest.json" in keys
     assert any(k.startswith("team/wh/runs/") and k.endswith("/run.json") for k in keys)
+    _split_file_names_its_hash(s3_bucket, "team/wh/datasets/sft/v0001")
 
     machine("b")  # another machine: an empty mirror, the same store
     assert _tb(s3, "sql", "SELECT count(*) FROM dataset_rows") == _tb(
