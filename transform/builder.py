@@ -33,6 +33,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 from tracebank.transform import memory
+from tracebank.transform.compact import TaskCodes
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import (
     EmptyDatasetError,
@@ -55,8 +56,9 @@ from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.records import CollectionManifest, DatasetManifest
 from tracebank.warehouse.storage import Storage, files_of, read_table
 
+# No collection_id: each call carries its collection's position (``source_order``) until
+# the selected rows are named (``name_collections``); the string would cost ~50 bytes a call.
 CALL_COLUMNS = [
-    "collection_id",
     "rollout_id",
     "attempt_id",
     "span_id",
@@ -158,6 +160,10 @@ class Inputs:
     def loaded(self) -> int:
         return sum(self.per_collection)
 
+    def drop_tables(self) -> None:
+        """Let the loaded columns go (the caller keeps what it derived from them)."""
+        self.calls = self.rewards = self.attempts = self.rollouts = pl.DataFrame()
+
 
 def load_inputs(wh: Warehouse, chosen: list[tuple[str, CollectionManifest]]) -> Inputs:
     """The chosen collections' small columns, from their silver caches (which collect builds)."""
@@ -165,6 +171,7 @@ def load_inputs(wh: Warehouse, chosen: list[tuple[str, CollectionManifest]]) -> 
     token_parts: list[Callable[[], Iterator[pa.RecordBatch]]] = []
     per_collection: list[int] = []
     storage = Storage(wh)
+    tasks = TaskCodes()
     loaded = 0
     for order, (cid, manifest) in enumerate(chosen):
         require_silver(storage, cid)
@@ -177,16 +184,22 @@ def load_inputs(wh: Warehouse, chosen: list[tuple[str, CollectionManifest]]) -> 
         calls.append(c.append_column("source_order", arrow_ints(np.full(c.num_rows, order, np.int32))))
         rewards.append(r.append_column("source_order", arrow_ints(np.full(r.num_rows, order, np.int32))))
         attempts.append(_bronze(wh, cid, manifest, "attempts", ["rollout_id", "attempt_id", "sequence_id"]))
-        rollouts.append(_bronze(wh, cid, manifest, "rollouts", ["rollout_id", "input"]))
+        ro = _bronze(wh, cid, manifest, "rollouts", ["rollout_id", "input"])
+        task = tasks.encode(ro.column("input"))  # the input text itself is not kept
+        rollouts.append(pa.table({"rollout_id": ro.column("rollout_id"), "task": task}))
     frames = [
-        pl.from_arrow(pa.concat_tables(parts, promote_options="permissive"))
+        _frame(pa.concat_tables(parts, promote_options="permissive"))
         for parts in (calls, rewards, attempts, rollouts)
     ]
     calls_f, rewards_f, attempts_f, rollouts_f = frames
-    assert isinstance(calls_f, pl.DataFrame) and isinstance(rewards_f, pl.DataFrame)
-    assert isinstance(attempts_f, pl.DataFrame) and isinstance(rollouts_f, pl.DataFrame)
     counts = {"cached": len(chosen)}
     return Inputs(calls_f, rewards_f, attempts_f, rollouts_f, counts, token_parts, per_collection)
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def require_silver(storage: Storage, collection_id: str) -> None:
@@ -209,6 +222,7 @@ def spill_tokens(
                 spill.append(batch.column("prompt_token_ids"), batch.column("response_token_ids"))
     finally:
         spill.close()
+        memory.release()  # Arrow's pool keeps this thread's freed read buffers otherwise
     if spill.calls != expected:
         raise TransformError("a silver cache changed while it was read", "run the transform again")
     return spill.finish()
@@ -253,6 +267,13 @@ def transform(wh: Warehouse, config: TransformConfig) -> TransformResult:
         return build_version(wh, config, chosen, inputs, tokens.result, _local_writer)
 
 
+def name_collections(rows: pl.DataFrame, chosen: list[tuple[str, CollectionManifest]]) -> pl.DataFrame:
+    """``rows`` with ``collection_id`` in place of ``source_order`` (a position in ``chosen``)."""
+    ids = pl.Series("collection_id", [cid for cid, _ in chosen], dtype=pl.String)
+    named = ids.gather(rows.get_column("source_order"))
+    return rows.with_columns(named).drop("source_order")
+
+
 ENGINES = ("local", "ray")
 
 
@@ -290,16 +311,19 @@ def build_version(
     ``tokens`` is only called when rows are materialised on this process
     (``--merge trajectory``, ``--dedup``, or a ``write`` that does it here).
     """
-    calls, rewards, attempts, rollouts = inputs.calls, inputs.rewards, inputs.attempts, inputs.rollouts
     call_counts = CallCounts()
-    rewarded = rewarded_calls(calls, rewards, attempts, call_counts)
+    rewarded = rewarded_calls(inputs.calls, inputs.rewards, inputs.attempts, call_counts)
     rewarded = rewarded.sort(["rollout_id", "call_index"])
+    tasks = inputs.rollouts.unique("rollout_id", keep="last").select("rollout_id", "task")
+    inputs.drop_tables()  # what follows needs only the rewarded calls
     rows, source, merge_stats = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
+    scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
+    del rewarded, tasks
     # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
     rows = rows.sort(["rollout_id", "call_index"], descending=[False, True])
-    tasks = rollouts.unique("rollout_id", keep="last").select("rollout_id", pl.col("input").alias("task"))
-    scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
     train, validation, select_counts = select_rows(rows, scores, config, source)
+    del rows, scores
+    train, validation = (name_collections(f, chosen) for f in (train, validation))
     memory.release()
 
     counts: dict[str, Any] = {

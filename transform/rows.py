@@ -207,10 +207,15 @@ class RowTokens:
     def _copy(
         self, first: np.ndarray, last: np.ndarray, t: CallTokens, pv: Any, rv: Any
     ) -> tuple[pa.Array, pa.Array, pa.Array, int | None]:
-        po, ro = t.prompt_offsets.tolist(), t.response_offsets.tolist()
-        tok = self.tok.tolist()
-        plen = self.prompt_len.tolist()
-        rlen = self.response_len.tolist()
+        # Python lists of just this piece's calls: the loop below indexes them per call.
+        sizes = last - first + 1
+        starts = np.cumsum(sizes) - sizes
+        calls = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(starts - first, sizes)
+        tok = self.tok[calls]
+        po, ro = t.prompt_offsets, t.response_offsets
+        p_lo, p_hi = po[tok].tolist(), po[tok + 1].tolist()
+        r_lo, r_hi = ro[tok].tolist(), ro[tok + 1].tolist()
+        plen, rlen = self.prompt_len[calls].tolist(), self.response_len[calls].tolist()
         lengths = self.prompt_len[last] + self.response_len[last]
         offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -218,16 +223,17 @@ class RowTokens:
 
         inputs: list[np.ndarray] = []
         labels: list[np.ndarray] = []
+        start = 0  # position in ``calls`` of the row's first call
         for a, b in zip(first.tolist(), last.tolist(), strict=True):
-            k = tok[b]
-            inputs.append(pv[po[k] : po[k + 1]])
-            inputs.append(rv[ro[k] : ro[k + 1]])
+            end = start + b - a  # and of its last
+            inputs.append(pv[p_lo[end] : p_hi[end]])
+            inputs.append(rv[r_lo[end] : r_hi[end]])
             cursor = 0
-            for j in range(a, b + 1):
-                m = tok[j]
+            for j in range(start, end + 1):
                 labels.append(ignore[: plen[j] - cursor])
-                labels.append(rv[ro[m] : ro[m + 1]])
+                labels.append(rv[r_lo[j] : r_hi[j]])
                 cursor = plen[j] + rlen[j]
+            start = end + 1
         empty = np.zeros(0, np.int32)
         input_values = np.concatenate(inputs) if inputs else empty
         label_values = np.concatenate(labels) if labels else empty
@@ -258,7 +264,9 @@ def build_rows(
     """Plan one row per call (or per merged chain), in rollout then call order.
 
     ``calls`` are the rewarded calls sorted by (rollout, call_index), with a ``tok``
-    column addressing ``tokens``. Returns the row plan, what materialising it
+    column addressing ``tokens`` and a ``source_order`` column (the collection's
+    position; rows name their collection only once they are selected, see
+    ``builder.name_collections``). Returns the row plan, what materialising it
     needs, and the merge statistics.
     """
     chain, merge_stats = _chains(calls, tokens, merge)
@@ -283,7 +291,7 @@ def build_rows(
         "rollout_id",
         "attempt_id",
         "span_id",
-        "collection_id",
+        "source_order",
         "response_id",
         pl.col("call_index").cast(pl.Int32),
     )[last_idx]
