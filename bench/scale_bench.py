@@ -113,13 +113,15 @@ async def _fill_store(url: str, root: Path) -> int:
     return added
 
 
-def _collect_row(size: int, root: Path) -> str:
-    """Fill a fresh store with the warehouse's rollouts, then time `collect` in a fresh process."""
+def _collect_rows(size: int, root: Path, full: tuple[int, Path] | None) -> list[str]:
+    """Fill a fresh store with the warehouse's rollouts, then time `collect` in a fresh process:
+    into an empty warehouse and, when ``full`` is given, into a copy of that (bigger) warehouse."""
     import asyncio
     import tempfile
 
     from tests.fixtures.store_server import agl_store_server
 
+    rows = []
     with (
         tempfile.TemporaryDirectory(prefix="tb-scale-collect-") as tmp,
         agl_store_server(Path(tmp)) as (url, _),
@@ -127,23 +129,22 @@ def _collect_row(size: int, root: Path) -> str:
         t0 = time.perf_counter()
         spans = asyncio.run(_fill_store(url, root))
         fill_s = time.perf_counter() - t0
-        out = subprocess.run(
-            [sys.executable, "-c", COLLECT_CHILD, url, str(Path(tmp) / "wh")],
-            cwd=ROOT,
-            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if out.returncode != 0:
-        raise RuntimeError(f"scale collect child failed:\n{out.stderr[-4000:]}")
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    if r["spans"] != spans:
-        raise AssertionError(f"collect got {r['spans']} spans of {spans}")
-    return (
-        f"| {size} M | collect | {r['s']:.1f} | {r['cpu_s']:.1f} | {spans / r['s']:,.0f} spans/s | "
-        f"{r['peak']:.0f} MiB ({r['base']:.0f}) | {spans:,} spans; store filled in {fill_s:.0f} s |"
-    )
+        targets = [("an empty warehouse", Path(tmp) / "wh")]
+        if full is not None:
+            held, full_root = full
+            copy = Path(tmp) / "full"
+            shutil.copytree(full_root, copy, ignore=shutil.ignore_patterns("datasets", "BUILT.json"))
+            targets.append((f"a warehouse already holding {held} M tokens", copy))
+        for into, target in targets:
+            r = _child(COLLECT_CHILD, url, str(target))
+            if r["spans"] != spans:
+                raise AssertionError(f"collect got {r['spans']} spans of {spans}")
+            rows.append(
+                f"| {size} M | collect into {into} | {r['s']:.1f} | {r['cpu_s']:.1f} | "
+                f"{spans / r['s']:,.0f} spans/s | {r['peak']:.0f} MiB ({r['base']:.0f}) | "
+                f"{spans:,} spans; store filled in {fill_s:.0f} s |"
+            )
+    return rows
 
 
 def _warehouse(millions: int) -> tuple[Path, dict[str, float]]:
@@ -163,11 +164,12 @@ def _warehouse(millions: int) -> tuple[Path, dict[str, float]]:
     return root, info
 
 
-def _child(root: Path, engine: str, address: str, temperature: str, env: dict[str, str]) -> dict:
+def _child(script: str, *args: str, env: dict[str, str] | None = None) -> dict:
+    """Run ``script`` in a fresh Python process; the JSON object its last line prints."""
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(root), engine, address, temperature],
+        [sys.executable, "-c", script, *args],
         cwd=ROOT,
-        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env},
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})},
         capture_output=True,
         text=True,
         check=False,
@@ -210,9 +212,9 @@ def run() -> str:
         for size in SIZES:
             root, info = _warehouse(size)
             shutil.rmtree(root / "datasets", ignore_errors=True)  # versions of earlier runs
-            cold = _child(root, "local", "", "cold", {})
-            warm = _child(root, "local", "", "warm", {})
-            ray_run = _child(root, "ray", cluster.address, "warm", cluster.env)
+            cold = _child(CHILD, str(root), "local", "", "cold")
+            warm = _child(CHILD, str(root), "local", "", "warm")
+            ray_run = _child(CHILD, str(root), "ray", cluster.address, "warm", env=cluster.env)
             hashes = {cold["hash"], warm["hash"], ray_run["hash"]}
             if len(hashes) != 1:
                 raise AssertionError(f"{size} M tokens: engines or runs disagree on the content hash")
@@ -229,8 +231,14 @@ def run() -> str:
             ]
             summary.append((size, cold["peak"], warm["peak"]))
             shutil.rmtree(root / "datasets", ignore_errors=True)  # the cache keeps inputs only
-            if size <= COLLECT_MAX:
-                collect_rows.append(_collect_row(size, root))
+    collect_sizes = [s for s in SIZES if s <= COLLECT_MAX]
+    for size in collect_sizes:
+        # The largest store is also collected into the largest warehouse: collect's memory
+        # must not grow with what the warehouse already holds.
+        full = (
+            (SIZES[-1], _warehouse(SIZES[-1])[0]) if size == collect_sizes[-1] and SIZES[-1] > size else None
+        )
+        collect_rows += _collect_rows(size, _warehouse(size)[0], full)
     if len(summary) > 1:
         (s0, c0, w0), (s1, c1, w1) = summary[0], summary[-1]
         lines += [
@@ -243,13 +251,21 @@ def run() -> str:
         lines += [
             "",
             "`collect` from a real `agl store` holding the same rollouts (filled through its client; "
-            "fresh process; silver not built, that is the cold transform's first step above):",
+            "fresh process; silver not built, that is the cold transform's first step above). The "
+            "store keeps every span in memory (about 25x their Parquet size), so stores above "
+            f"{COLLECT_MAX} M tokens are not filled; instead the largest store is also collected "
+            "into a copy of the largest warehouse, which is what could make collect grow with the warehouse:",
             "",
             "| tokens | run | seconds | CPU s | rate | peak RSS | notes |",
             "|---:|---|---:|---:|---:|---:|---|",
             *collect_rows,
         ]
+    lines += ["", f"Load average (1, 5, 15 min) when this section ended: {_load()}."]
     return "\n".join(lines) + "\n"
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

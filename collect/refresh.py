@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tracebank.collect import silver
 from tracebank.collect.errors import UnknownCollectionError
+from tracebank.warehouse import memory
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.records import SilverManifest
 from tracebank.warehouse.storage import Storage
@@ -38,7 +39,12 @@ def build_silver(
     SILVER_VERSION) is built. Returns the committed manifests.
     """
     wh.check_format()
-    return [silver.build_silver(wh, cid, force=force) for cid in _chosen(wh, collections)]
+    memory.fix_mmap_threshold()
+    built = []
+    for cid in _chosen(wh, collections):
+        built.append(silver.build_silver(wh, cid, force=force))
+        memory.release()  # else each collection's peak starts from the last one's leftovers
+    return built
 
 
 def silver_summary(manifest: SilverManifest) -> str:

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from tracebank.transform import memory
 from tracebank.transform.compact import TaskCodes
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import (
@@ -49,7 +48,7 @@ from tracebank.transform.select import rollout_scores, select_rows
 from tracebank.transform.spill import TokenSpill
 from tracebank.transform.triplets import CallCounts, rewarded_calls
 from tracebank.transform.writer import OpenSplit, open_split
-from tracebank.warehouse import schemas
+from tracebank.warehouse import memory, schemas
 from tracebank.warehouse.arrowutil import arrow_ints
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.layout import Warehouse

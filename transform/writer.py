@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from tracebank.transform import memory
 from tracebank.transform.manifest import RowsDigest
 from tracebank.transform.provenance import metadata_fields
 from tracebank.transform.rows import RowTokens
-from tracebank.warehouse import schemas
+from tracebank.warehouse import memory, schemas
 from tracebank.warehouse.records import FileEntry
 from tracebank.warehouse.storage import Storage, encode_parquet
 

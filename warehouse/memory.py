@@ -1,9 +1,10 @@
-"""Handing freed memory back to the operating system between the transform's pieces.
+"""Handing freed memory back to the operating system between the pieces of a stage.
 
 The transform allocates and frees one piece of rows after another (tens of MB
-each). Allocators keep freed memory for reuse: glibc raises its mmap threshold
-after large frees (so later pieces come from a heap that does not shrink) and
-Arrow's mimalloc pool holds freed pages. Both would make the peak resident set
+each), and a silver rebuild one collection after another. Allocators keep
+freed memory for reuse: glibc raises its mmap threshold after large frees (so
+later pieces come from a heap that does not shrink) and Arrow's mimalloc pool
+holds freed pages. Both would make the peak resident set
 creep up with the number of pieces, i.e. with the size of the warehouse, when
 nothing live does.
 """
