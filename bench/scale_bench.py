@@ -12,7 +12,8 @@ a fresh process, whose peak RSS (VmHWM) is that run's alone:
   (a head and a worker, one CPU each) started once for the section; the peak RSS
   is the driver's;
 - collect (up to ``TRACEBANK_SCALE_COLLECT_MAX`` M tokens, default 50: the store
-  keeps every span in memory) from a real `agl store` filled with the same rollouts.
+  keeps every span in memory) from a real `agl store` filled with the same rollouts,
+  into an empty warehouse and (the largest store) into a copy of the largest warehouse.
 
 Every run of a size must give the same content hash. Sizes come from
 ``TRACEBANK_SCALE_SIZES`` (millions of tokens, default ``5,50,200``).
@@ -206,7 +207,7 @@ def run() -> str:
         "| tokens | run | seconds | CPU s (driver) | tokens/s | peak RSS | notes |",
         "|---:|---|---:|---:|---:|---:|---|",
     ]
-    summary: list[tuple[int, float, float]] = []
+    summary: list[tuple[int, float, float, float]] = []
     collect_rows = []
     with ray_cluster() as cluster:
         for size in SIZES:
@@ -219,7 +220,8 @@ def run() -> str:
             if len(hashes) != 1:
                 raise AssertionError(f"{size} M tokens: engines or runs disagree on the content hash")
             note = (
-                f"{info['rollouts']:,} rollouts, {info['calls']:,} calls, {info['collections']} collections, "
+                f"{info['rollouts']:,} rollouts, {info['calls']:,} calls, "
+                f"{info['collections']} collection(s), "
                 f"{info['bronze_mib']:.0f} MiB bronze (generated in {info['generate_s']:.0f} s)"
             )
             lines += [
@@ -229,7 +231,7 @@ def run() -> str:
                     "transform, warm, --engine ray", size, ray_run, "driver only (Ray's core worker included)"
                 ),
             ]
-            summary.append((size, cold["peak"], warm["peak"]))
+            summary.append((size, cold["peak"], warm["peak"], ray_run["peak"]))
             shutil.rmtree(root / "datasets", ignore_errors=True)  # the cache keeps inputs only
     collect_sizes = [s for s in SIZES if s <= COLLECT_MAX]
     for size in collect_sizes:
@@ -240,21 +242,23 @@ def run() -> str:
         )
         collect_rows += _collect_rows(size, _warehouse(size)[0], full)
     if len(summary) > 1:
-        (s0, c0, w0), (s1, c1, w1) = summary[0], summary[-1]
+        (s0, c0, w0, r0), (s1, c1, w1, r1) = summary[0], summary[-1]
         lines += [
             "",
             f"From {s0} M to {s1} M tokens ({s1 / s0:.0f}x the data) peak RSS goes from {c0:.0f} to "
             f"{c1:.0f} MiB cold ({(c1 / c0 - 1) * 100:+.0f}%) and from {w0:.0f} to {w1:.0f} MiB warm "
-            f"({(w1 / w0 - 1) * 100:+.0f}%); the goal is within 25%.",
+            f"({(w1 / w0 - 1) * 100:+.0f}%); the goal is within 25%. The Ray driver goes from {r0:.0f} "
+            f"to {r1:.0f} MiB ({(r1 / r0 - 1) * 100:+.0f}%): its writer prepares every piece's job "
+            "(rows and token indices) on the driver before the job starts.",
         ]
     if collect_rows:
         lines += [
             "",
             "`collect` from a real `agl store` holding the same rollouts (filled through its client; "
-            "fresh process; silver not built, that is the cold transform's first step above). The "
+            "fresh process; with its silver step, as `tracebank collect` runs). The "
             "store keeps every span in memory (about 25x their Parquet size), so stores above "
             f"{COLLECT_MAX} M tokens are not filled; instead the largest store is also collected "
-            "into a copy of the largest warehouse, which is what could make collect grow with the warehouse:",
+            "into a copy of the largest warehouse (what could make collect grow with the warehouse):",
             "",
             "| tokens | run | seconds | CPU s | rate | peak RSS | notes |",
             "|---:|---|---:|---:|---:|---:|---|",
