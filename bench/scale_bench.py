@@ -29,12 +29,14 @@ import sys
 import time
 from pathlib import Path
 
+from tracebank.warehouse.layout import cache_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR_VERSION = 1
 SIZES = [int(s) for s in os.environ.get("TRACEBANK_SCALE_SIZES", "5,50,200").split(",") if s]
 # The store holds every span in memory (about 25x their Parquet size); bigger sizes skip collect.
 COLLECT_MAX = int(os.environ.get("TRACEBANK_SCALE_COLLECT_MAX", "50"))
-CACHE = Path(os.environ.get("TRACEBANK_CACHE", Path.home() / ".cache" / "tracebank")) / "bench-scale"
+CACHE = cache_dir() / "bench-scale"  # $TRACEBANK_CACHE_DIR moves it
 
 CHILD = """
 import json, sys, time, threading
@@ -200,8 +202,9 @@ def run() -> str:
         "Cold rebuilds every silver cache from the bronze spans; warm reads them. The Ray engine "
         "ran on a local cluster of a head and a worker node (1 CPU each) on this same 2-core "
         "machine, so it cannot be faster here: the numbers show its overhead (start-up of the "
-        "Ray Data jobs, spilling tokens per collection, shipping pieces to workers, reading the "
-        "written pieces back for the content hash). Its peak RSS is the driver's (ray.init adds "
+        "Ray Data jobs, spilling tokens per collection, copying each piece's rows out on the "
+        "driver for the content hash before the workers write them with it, shipping pieces to "
+        "workers). Its peak RSS is the driver's (ray.init adds "
         "Ray's core worker to the process); the workers' is not measured here.",
         "",
         "| tokens | run | seconds | CPU s (driver) | tokens/s | peak RSS | notes |",

@@ -32,6 +32,7 @@ import os
 import pickle
 import shutil
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -185,7 +186,7 @@ def _piece_job(
     }
 
 
-def _digest(jobs: list[dict[str, Any]]) -> tuple[str, int | None]:
+def _digest(jobs: Iterable[dict[str, Any]]) -> tuple[str, int | None]:
     """The rows digest of the pieces and their largest input id: each piece's rows copied out
     here, in order, one piece at a time, exactly as its worker will."""
     digest = RowsDigest()
@@ -198,6 +199,10 @@ def _digest(jobs: list[dict[str, Any]]) -> tuple[str, int | None]:
             max_ids.append(max_id)
         del table, source
     return digest.hexdigest(), max(max_ids) if max_ids else None
+
+
+#: Pieces (of ~4 M tokens each) written by one Ray Data job; the driver holds this many jobs at once.
+PIECES_PER_JOB = 16
 
 
 def _ray_writer(sources: _Sources) -> Any:
@@ -213,16 +218,23 @@ def _ray_writer(sources: _Sources) -> Any:
         provenance: dict[str, Any],
     ) -> OpenSplit:
         parts = pieces(frame)
-        paths = [folder / f"{split}-{i:05d}.parquet" for i in range(len(parts))]
-        jobs = [_piece_job(storage, i, paths[i], split, p, source, sources) for i, p in enumerate(parts)]
-        digest, max_id = _digest(jobs)
+
+        def job(i: int) -> dict[str, Any]:
+            path = folder / f"{split}-{i:05d}.parquet"
+            return _piece_job(storage, i, path, split, parts[i], source, sources)
+
+        # Jobs are built when needed, a batch at a time: the driver never holds every piece's.
+        digest, max_id = _digest(job(i) for i in range(len(parts)))
         written: list[FileEntry] = []
 
         def write(fields: dict[str, Any]) -> None:
-            items = [{"job": pickle.dumps({**job, "provenance": {**provenance, **fields}})} for job in jobs]
-            out = ray.data.from_items(items).map(_write_piece).take_all()
-            for r in sorted(out, key=lambda r: r["index"]):
-                written.extend(pickle.loads(r["entries"]))
+            for start in range(0, len(parts), PIECES_PER_JOB):
+                batch = range(start, min(start + PIECES_PER_JOB, len(parts)))
+                stamped = {**provenance, **fields}
+                items = [{"job": pickle.dumps({**job(i), "provenance": stamped})} for i in batch]
+                out = ray.data.from_items(items).map(_write_piece).take_all()
+                for r in sorted(out, key=lambda r: r["index"]):
+                    written.extend(pickle.loads(r["entries"]))
 
         def entries() -> list[FileEntry]:
             assert written, "the pieces are written when the content hash is known"

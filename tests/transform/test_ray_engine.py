@@ -6,7 +6,7 @@ import dataclasses
 
 import pyarrow.parquet as pq
 import pytest
-from tracebank.transform import TransformConfig, run_transform, transform, writer
+from tracebank.transform import TransformConfig, ray_engine, run_transform, transform, writer
 from tracebank.transform.errors import TransformUsageError
 from tracebank.warehouse.layout import Warehouse
 from tracebank.warehouse.storage import Storage, verify_hashes
@@ -39,6 +39,7 @@ def test_ray_engine_commits_the_local_engines_version(two_collections, ray_addre
     config = TransformConfig(name="ds", val_fraction=0.25, top_fraction=0.8, seed=5)
     # Several pieces per split, each written by a worker.
     monkeypatch.setattr(writer, "PIECE_TOKENS", 20_000)
+    monkeypatch.setattr(ray_engine, "PIECES_PER_JOB", 2)  # several Ray Data jobs, in order
     on_ray = run_transform(wh, config, engine="ray", address=ray_address)
     local = transform(wh, dataclasses.replace(config, force=True))  # else: identical to v1
     assert on_ray.manifest["counts"]["silver"] == local.manifest["counts"]["silver"] == {"cached": 2}
