@@ -251,8 +251,8 @@ def run() -> str:
             f"From {s0} M to {s1} M tokens ({s1 / s0:.0f}x the data) peak RSS goes from {c0:.0f} to "
             f"{c1:.0f} MiB cold ({(c1 / c0 - 1) * 100:+.0f}%) and from {w0:.0f} to {w1:.0f} MiB warm "
             f"({(w1 / w0 - 1) * 100:+.0f}%); the goal is within 25%. The Ray driver goes from {r0:.0f} "
-            f"to {r1:.0f} MiB ({(r1 / r0 - 1) * 100:+.0f}%): its writer prepares every piece's job "
-            "(rows and token indices) on the driver before the job starts.",
+            f"to {r1:.0f} MiB ({(r1 / r0 - 1) * 100:+.0f}%): the driver copies each piece's rows "
+            "out for the content hash, and holds the jobs (rows and token indices) of 16 pieces at a time.",
         ]
     if collect_rows:
         lines += [
