@@ -156,16 +156,26 @@ def test_collect_transform_sql_train_on_s3_exactly_as_on_a_folder(
     assert _tb(s3, "verify").startswith("verify: ") and "all intact" in _tb(s3, "verify")
 
 
-def test_credentials_are_never_written_into_the_store(filled_store, s3_bucket, machine):
+def test_credentials_are_never_written_into_the_store(filled_store, s3_bucket, machine, monkeypatch):
+    # moto accepts any key pair: distinctive ones can be looked for in every object.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIATRACEBANKTESTKEY1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "tracebank-test-secret-5c1f0e9d")
     s3 = f"s3://{s3_bucket}/wh"
     _tb(s3, "collect", "--store", filled_store)
+    _tb(s3, "transform", "--dataset", "sft")
     import boto3
 
     s3c = boto3.client("s3")
-    for key in _objects(s3_bucket):
+    keys = _objects(s3_bucket)
+    assert any(k.endswith(".parquet") for k in keys) and any(k.endswith("manifest.json") for k in keys)
+    for key in keys:
         body = s3c.get_object(Bucket=s3_bucket, Key=key)["Body"].read()
-        assert os.environ["AWS_SECRET_ACCESS_KEY"].encode() not in body or key.endswith(".parquet"), key
-        assert os.environ["AWS_ENDPOINT_URL_S3"].encode() not in body, key
+        for secret in (
+            "AKIATRACEBANKTESTKEY1",
+            "tracebank-test-secret-5c1f0e9d",
+            os.environ["AWS_ENDPOINT_URL_S3"],
+        ):
+            assert secret.encode() not in body, key
 
 
 KILL_AT_MANIFEST = """
