@@ -11,7 +11,6 @@ counted, like responses cut and rows with nothing to train on.
 
 from __future__ import annotations
 
-import datetime as dt
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,7 +97,7 @@ def build_agl1_version(
     """Commit the next version of ``config.name`` with 1.0's rows; (version, folder, manifest).
 
     The rules and limits used are in the manifest's ``params`` (``rules``, ``agl1``)."""
-    from tracebank.transform.builder import require_silver, tracebank_version
+    from tracebank.transform.builder import require_silver, tracebank_version, version_manifest
 
     storage = Storage(wh)
     silver = []
@@ -142,28 +141,16 @@ def build_agl1_version(
         st = stats(
             {"train": frame, "validation": frame.head(0)}, [max((max(i) for i in ids if i), default=None)]
         )
-        manifest = DatasetManifest(
-            name=config.name,
-            version=version,
-            created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            tracebank_version=tracebank_version(),
-            content_hash=hashed,
-            params=config.params(),
-            sources=sources,
-            counts={
-                **counts,
-                "unrewarded": counts["rollouts_without_reward"],
-                "rejected": {
-                    "not_trained_by_agl1": counts["calls"] - counts["trained_calls"],
-                    "long_prompt_rows": counts["dropped_long_prompt"],
-                },
-                "kept": table.num_rows,
+        reported: dict[str, Any] = {
+            **counts,
+            "unrewarded": counts["rollouts_without_reward"],
+            "rejected": {
+                "not_trained_by_agl1": counts["calls"] - counts["trained_calls"],
+                "long_prompt_rows": counts["dropped_long_prompt"],
             },
-            stats=st,
-            rows=st["rows"],
-            notes=dict(config.extra) if config.extra else None,
-            files=[entry],
-        )
+            "kept": table.num_rows,
+        }
+        manifest = version_manifest(config, version, hashed, sources, reported, st, [entry])
         storage.commit_version(folder, manifest)
     except BaseException:
         storage.abandon_version(folder)

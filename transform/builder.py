@@ -52,7 +52,7 @@ from tracebank.warehouse import memory, schemas
 from tracebank.warehouse.arrowutil import arrow_ints
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.layout import Warehouse
-from tracebank.warehouse.records import CollectionManifest, DatasetManifest
+from tracebank.warehouse.records import CollectionManifest, DatasetManifest, FileEntry
 from tracebank.warehouse.storage import Storage, files_of, read_table
 
 # No collection_id: each call carries its collection's position (``source_order``) until
@@ -104,6 +104,32 @@ class TransformResult:
                 "(--force writes a new version anyway)"
             )
         return summary_line(self.manifest)
+
+
+def version_manifest(
+    config: TransformConfig,
+    version: int,
+    content_hash: str,
+    sources: list[dict[str, Any]],
+    counts: dict[str, Any],
+    st: dict[str, Any],
+    files: list[FileEntry],
+) -> DatasetManifest:
+    """The manifest of version ``version`` of ``config.name``, made now by this tracebank."""
+    return DatasetManifest(
+        name=config.name,
+        version=version,
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        tracebank_version=tracebank_version(),
+        content_hash=content_hash,
+        params=config.params(),
+        sources=sources,
+        counts=counts,
+        stats=st,
+        rows=st["rows"],
+        notes=dict(config.extra) if config.extra else None,
+        files=files,
+    )
 
 
 def tracebank_version() -> str:
@@ -374,20 +400,7 @@ def build_version(
             )
         files = [entry for split_files in opened for entry in split_files.entries()]
         st = stats({"train": train, "validation": validation}, max_ids)
-        manifest = DatasetManifest(
-            name=config.name,
-            version=version,
-            created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            tracebank_version=tracebank_version(),
-            content_hash=hashed,
-            params=config.params(),
-            sources=sources,
-            counts=counts,
-            stats=st,
-            rows=st["rows"],
-            notes=dict(config.extra) if config.extra else None,
-            files=files,
-        )
+        manifest = version_manifest(config, version, hashed, sources, counts, st, files)
         storage.commit_version(folder, manifest)
     except BaseException:
         storage.abandon_version(folder)

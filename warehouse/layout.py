@@ -131,6 +131,10 @@ class Warehouse:
         return self.runs_dir / validate_name(run_id, "run id")
 
     def exists(self) -> bool:
+        return self._has_format()
+
+    def _has_format(self) -> bool:
+        """Whether FORMAT.json is here (a mirror copies it from its store the first time)."""
         if self.remote is not None and not self.format_file.exists():
             from tracebank.warehouse.mirror import fetch_format
 
@@ -161,11 +165,7 @@ class Warehouse:
 
     def check_format(self) -> None:
         """Raise WarehouseError unless this folder is a warehouse this version can read."""
-        if self.remote is not None and not self.format_file.exists():
-            from tracebank.warehouse.mirror import fetch_format
-
-            fetch_format(self)
-        if not self.format_file.exists():
+        if not self._has_format():
             raise WarehouseError(
                 f"no warehouse at {self.location}",
                 "run `tracebank collect` first, or pass --warehouse / set TRACEBANK_WAREHOUSE",

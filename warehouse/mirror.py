@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracebank.warehouse import commit
 from tracebank.warehouse.errors import CorruptFileError, WarehouseError
+from tracebank.warehouse.records import CollectionManifest, DatasetManifest, SilverManifest
 
 if TYPE_CHECKING:
     from tracebank.warehouse.claims import Owner
@@ -190,10 +191,23 @@ def pull_folders(wh: Warehouse, parent: Path, kind: type[Manifest]) -> None:
                 pull_folder(wh, folder, kind)  # retired meanwhile, or committed after the listing
 
 
-def dataset_names(wh: Warehouse) -> list[str]:
-    """The dataset names the store has folders for."""
+def children(wh: Warehouse, folder: Path) -> list[str]:
+    """The names the store has directly under ``folder`` (datasets, version folders)."""
     with remote_errors(wh.remote):
-        return wh.remote.children(rel(wh, wh.datasets_dir))
+        return wh.remote.children(rel(wh, folder))
+
+
+def commit_folder(key: str) -> tuple[str, type[Manifest]] | None:
+    """The commit folder a store key belongs to (``collections/<id>``, ``silver/<id>``,
+    ``datasets/<name>/<v>``) and the manifest it takes, or None for keys outside one."""
+    parts = key.split("/")
+    if parts[0] == "collections" and len(parts) >= 3:
+        return "/".join(parts[:2]), CollectionManifest
+    if parts[0] == "silver" and len(parts) >= 3:
+        return "/".join(parts[:2]), SilverManifest
+    if parts[0] == "datasets" and len(parts) >= 4:
+        return "/".join(parts[:3]), DatasetManifest
+    return None
 
 
 def pull_runs(wh: Warehouse) -> None:
@@ -261,13 +275,12 @@ def retire(wh: Warehouse, folder: Path) -> None:
     _retire(folder)
 
 
-def reserve_version(wh: Warehouse, name: str, owner: Owner) -> int:
-    """The next free version number of ``name`` in the store, claimed by a conditional create."""
+def reserve_version(wh: Warehouse, name: str, first: int, owner: Owner) -> int:
+    """Claim the first free version number of ``name`` from ``first`` on, by a conditional create."""
     parent = rel(wh, wh.dataset_dir(name))
     payload = json.dumps({**owner.to_dict(), "since": time.time()}, sort_keys=True).encode()
+    version = first
     with remote_errors(wh.remote):
-        taken = [int(c[1:]) for c in wh.remote.children(parent) if c.startswith("v") and c[1:].isdigit()]
-        version = max(taken, default=0) + 1
         while not wh.remote.create_exclusive(f"{parent}/v{version:04d}/{RESERVED}", payload):
             version += 1
     return version
@@ -385,12 +398,6 @@ class RemoteClaim:
                     if gen not in released:
                         self.store.put(f"{self.key}/{gen:010d}.released", b"")
                     return
-
-
-def dataset_folders(wh: Warehouse, name: str) -> list[str]:
-    """The version folders the store has for ``name`` (committed or reserved)."""
-    with remote_errors(wh.remote):
-        return wh.remote.children(rel(wh, wh.dataset_dir(name)))
 
 
 #: How often a running run's metrics go up to the store (each upload is the whole file).

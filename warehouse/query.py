@@ -302,8 +302,10 @@ def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> 
             _damaged_view(con, name, schema, damaged[name])
         else:
             _view_over_files(con, name, (bronze if name in schemas.BRONZE else silver).get(name, []), schema)
-    gold = _dataset_rows_view(con, wh, check) if only is None or "dataset_rows" in only else []
-    if not gold and only is not None and "dataset_rows" not in only:
+    if only is None or "dataset_rows" in only:
+        gold = _dataset_rows_view(con, wh, check)
+    else:
+        gold = []
         _view_over_arrow(con, "dataset_rows", _DATASET_ROWS_EMPTY.empty_table())
     _catalog_view(con, "collections", [m.to_json() for _, m in collections], COLLECTION_KEYS)
     _catalog_view(con, "datasets", [m.to_json() for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)

@@ -14,22 +14,11 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from tracebank.warehouse.layout import MANIFEST, Warehouse
-from tracebank.warehouse.mirror import RESERVED, remote_errors
+from tracebank.warehouse.mirror import RESERVED, commit_folder, remote_errors
 from tracebank.warehouse.objectstore import StoredFile
 
 #: ``(key, size)`` of each object to remove.
 Remove = Callable[[StoredFile], None]
-
-
-def _commit_folder(path: str) -> str | None:
-    """The commit folder a key belongs to (``collections/<id>``, ``silver/<id>``,
-    ``datasets/<name>/<v>``), or None for keys outside one."""
-    parts = path.split("/")
-    if parts[0] in ("collections", "silver") and len(parts) >= 3:
-        return "/".join(parts[:2])
-    if parts[0] == "datasets" and len(parts) >= 4:
-        return "/".join(parts[:3])
-    return None
 
 
 def _listed(wh: Warehouse, folder: str) -> set[str] | None:
@@ -48,8 +37,8 @@ def sweep_remote(wh: Warehouse, remove: Remove, now: float, min_age_s: float) ->
         folders: dict[str, list[StoredFile]] = defaultdict(list)
         claims: dict[str, list[StoredFile]] = defaultdict(list)
         for f in wh.remote.walk(""):
-            if (folder := _commit_folder(f.path)) is not None:
-                folders[folder].append(f)
+            if (found := commit_folder(f.path)) is not None:
+                folders[found[0]].append(f)
             elif f.path.startswith("claims/"):
                 claims[f.path.rpartition("/")[0]].append(f)
         committed = {k: _listed(wh, k) for k in folders}

@@ -270,7 +270,7 @@ class Storage:
 
     def dataset_names(self) -> list[str]:
         if self.remote:
-            return mirror.dataset_names(self.wh)
+            return mirror.children(self.wh, self.wh.datasets_dir)
         return [p.name for p in _subdirs(self.wh.datasets_dir)]
 
     def dataset_versions(self, name: str | None = None) -> list[tuple[Path, DatasetManifest]]:
@@ -349,7 +349,8 @@ class Storage:
         """Claim the next free version folder of ``name`` (a concurrent writer gets another)."""
         self.wh.dataset_dir(name).mkdir(parents=True, exist_ok=True)
         if self.remote:
-            version = mirror.reserve_version(self.wh, name, Owner.current(f"transform {name}"))
+            first = self.next_version(name)
+            version = mirror.reserve_version(self.wh, name, first, Owner.current(f"transform {name}"))
             folder = self.wh.version_dir(name, version)
             mirror.clear_local(folder)  # a number the store gave us: anything here is a crashed writer's
             folder.mkdir()
@@ -367,7 +368,7 @@ class Storage:
         """The next free version number of ``name`` (uncommitted folders count as taken)."""
         folders = [p.name for p in _subdirs(self.wh.dataset_dir(name))]
         if self.remote:
-            folders += mirror.dataset_folders(self.wh, name)
+            folders += mirror.children(self.wh, self.wh.dataset_dir(name))
         taken = [int(f[1:]) for f in folders if f.startswith("v") and f[1:].isdigit()]
         return max(taken, default=0) + 1
 

@@ -16,10 +16,7 @@ from tracebank.warehouse.errors import CorruptFileError
 from tracebank.warehouse.gc import commit_folders
 from tracebank.warehouse.layout import MANIFEST, Warehouse
 from tracebank.warehouse.records import (
-    CollectionManifest,
-    DatasetManifest,
     FileEntry,
-    Manifest,
     RunRecord,
     SilverManifest,
 )
@@ -106,15 +103,15 @@ def _readable(silver_folder: Path) -> bool:
 def verify_store(wh: Warehouse, report: VerifyReport) -> None:
     """Check that every object a committed manifest on the store lists is there, with its
     size (contents are checked against the sha256 when a mirror downloads them)."""
-    from tracebank.warehouse.mirror import remote_errors
+    from tracebank.warehouse.mirror import commit_folder, remote_errors
 
     with remote_errors(wh.remote):
         sizes = {f.path: f.size for f in wh.remote.walk("")}
         for key in sorted(k for k in sizes if k.endswith(f"/{MANIFEST}")):
-            folder = key.rpartition("/")[0]
-            kind = _kind_of(folder)
-            if kind is None:
+            found = commit_folder(key)
+            if found is None or f"{found[0]}/{MANIFEST}" != key:
                 continue
+            folder, kind = found
             uri = f"{wh.remote.uri}/{key}"
             try:
                 manifest = kind.from_json(json.loads(wh.remote.get(key) or b"null"), uri)
@@ -128,14 +125,3 @@ def verify_store(wh: Warehouse, report: VerifyReport) -> None:
                 if size is None or size != entry.bytes:
                     problem = "missing" if size is None else f"{size} bytes, manifest says {entry.bytes}"
                     report.damaged.append((f"{wh.remote.uri}/{folder}/{entry.path}", problem))
-
-
-def _kind_of(folder: str) -> type[Manifest] | None:
-    parts = folder.split("/")
-    if len(parts) == 2 and parts[0] == "collections":
-        return CollectionManifest
-    if len(parts) == 2 and parts[0] == "silver":
-        return SilverManifest
-    if len(parts) == 3 and parts[0] == "datasets":
-        return DatasetManifest
-    return None
