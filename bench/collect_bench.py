@@ -126,7 +126,7 @@ def run() -> str:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import psutil
     from tracebank.collect import collect
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
 
     from tests.fixtures.store_server import agl_store_server
 

@@ -53,7 +53,7 @@ def _upload(folder: Path, bucket: str, endpoint: str) -> int:
 
 def run() -> str:
     from tracebank.collect import build_silver
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
 
     from bench.scale_data import build_warehouse
     from tests.fixtures.s3_server import client_env, make_bucket, s3_server

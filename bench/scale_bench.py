@@ -41,7 +41,7 @@ CACHE = cache_dir() / "bench-scale"  # $TRACEBANK_CACHE_DIR moves it
 CHILD = """
 import json, sys, time, threading
 from tracebank.transform import TransformConfig, run_transform
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
@@ -63,7 +63,7 @@ print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": time.process_time() - 
 COLLECT_CHILD = """
 import json, sys, time
 from tracebank.collect import collect
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from tracebank.warehouse import schemas
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, FileEntry
 from tracebank.warehouse.storage import Storage
 

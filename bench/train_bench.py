@@ -53,7 +53,7 @@ def make_version(root: Path) -> tuple[Path, int]:
     import pyarrow as pa
     from tracebank.warehouse import schemas
     from tracebank.warehouse.contract import IGNORE_INDEX
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
     from tracebank.warehouse.records import DatasetManifest
     from tracebank.warehouse.storage import Storage
 

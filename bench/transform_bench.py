@@ -56,7 +56,7 @@ import pyarrow.parquet as pq
 import agentlightning as agl
 from datasets import Dataset
 from tracebank.warehouse.bronze import span_dict_from_row
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse import catalog
 from tracebank.warehouse.storage import files_of, read_table
 from tests.transform.oracle import oracle_rows
@@ -101,7 +101,7 @@ import json, sys, time
 import pyarrow.parquet as pq
 from tracebank.collect import build_silver
 from tracebank.transform import TransformConfig, transform
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 wh = Warehouse.resolve(sys.argv[1])
 base = rss_mib()
 t0, c0 = time.perf_counter(), time.process_time()
@@ -122,7 +122,7 @@ WARM = (
     + """
 import json, sys, time
 from tracebank.transform import TransformConfig, transform
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 wh = Warehouse.resolve(sys.argv[1])
 base = rss_mib()
 times, cpu, hashes = [], [], set()
@@ -160,7 +160,7 @@ def _child(code: str, warehouse: Path, *args: str) -> dict:
 
 def build_collection(root: Path, n_rollouts: int = N_ROLLOUTS) -> tuple[int, float]:
     """Commit the synthetic collection; return (spans, seconds)."""
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
 
     from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 

@@ -23,7 +23,7 @@ from tracebank.collect.collector import CollectResult, _versions, already_collec
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.redact import Redactor
 from tracebank.collect.writer import write_table
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest
 from tracebank.warehouse.storage import Storage
 

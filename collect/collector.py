@@ -31,11 +31,10 @@ from tracebank.collect.redact import Redactor
 from tracebank.collect.source import StoreSource
 from tracebank.collect.writer import SpanFileWriter, write_table
 from tracebank.warehouse import bronze
-from tracebank.warehouse.claims import POLL_S, Owner, release, try_claim, warehouse_claim
+from tracebank.warehouse.claims import POLL_S, Claim, Owner, release, try_claim, warehouse_claim
 from tracebank.warehouse.contract import LLM_SPAN_NAMES
 from tracebank.warehouse.errors import TracebankError
-from tracebank.warehouse.layout import Warehouse
-from tracebank.warehouse.mirror import RemoteClaim
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, SilverManifest
 from tracebank.warehouse.storage import Storage, check_sizes, files_of, read_table
 
@@ -321,13 +320,13 @@ async def _collect(
         release(path, owner)
 
 
-def collect_claim(wh: Warehouse) -> Path | RemoteClaim:
+def collect_claim(wh: Warehouse) -> Claim:
     """The claim one collect of ``wh`` holds from reading what is committed to committing: two
     collects at once (on any machines) would otherwise both fetch, and store, the same new attempts."""
     return warehouse_claim(wh, "collect")
 
 
-async def _claim(path: Path | RemoteClaim, owner: Owner, on_wait: Callable[[str], None] | None) -> None:
+async def _claim(path: Claim, owner: Owner, on_wait: Callable[[str], None] | None) -> None:
     told = False
     while (holder := await asyncio.to_thread(try_claim, path, owner)) is not None:
         if not told and on_wait is not None:

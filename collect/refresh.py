@@ -10,7 +10,7 @@ from __future__ import annotations
 from tracebank.collect import silver
 from tracebank.collect.errors import UnknownCollectionError
 from tracebank.warehouse import memory
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import SilverManifest
 from tracebank.warehouse.storage import Storage
 

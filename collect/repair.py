@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tracebank.collect.collector import collect_claim
 from tracebank.warehouse.claims import Owner, claimed
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest
 from tracebank.warehouse.schemas import BRONZE
 from tracebank.warehouse.storage import Storage, files_of, read_table

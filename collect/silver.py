@@ -37,7 +37,7 @@ from tracebank.warehouse.contract import (
     REWARD_PREFIX,
     SILVER_VERSION,
 )
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry, SilverManifest
 from tracebank.warehouse.storage import Storage, files_of, iter_batches, read_table
 

@@ -16,7 +16,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from tracebank.loop.config import AlgorithmConfig, DemoConfig, RoundConfig, ServerConfig, StagesConfig
 from tracebank.loop.demo import DemoResult, run_demo
 from tracebank.loop.errors import LoopError, LoopUsageError, NoSucceededRolloutsError, RoundTimeoutError
-from tracebank.loop.round import RoundResult, run_round, serve_round
+from tracebank.loop.result import RoundResult
+from tracebank.loop.round import run_round, serve_round
 from tracebank.loop.runners import LocalRunners, load_agent
 from tracebank.loop.servers import next_model_path
 from tracebank.loop.tasks import load_tasks

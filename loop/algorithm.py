@@ -28,10 +28,11 @@ from typing import Any
 
 from tracebank.loop.config import AlgorithmConfig
 from tracebank.loop.errors import LoopUsageError
-from tracebank.loop.round import RoundResult, serve_round
+from tracebank.loop.result import RoundResult
+from tracebank.loop.round import serve_round
 from tracebank.loop.servers import next_model_path
-from tracebank.warehouse.events import IterationStarted, OnEvent
-from tracebank.warehouse.layout import Warehouse
+from tracebank.events import IterationStarted, OnEvent
+from tracebank.warehouse.location import Warehouse
 
 CLASS_NAMES = ("WarehouseSupervisedFinetuning",)
 
@@ -90,7 +91,7 @@ def _classes() -> dict[str, type]:
             warehouse: the warehouse folder (or a Warehouse).
             initial_model: the model folder the first iteration serves (``models/version_0``).
             config: iterations, where models go, and the settings of each round.
-            on_event: called with typed progress events (tracebank.warehouse.events).
+            on_event: called with typed progress events (tracebank.events).
             close_store: close the store client at the end of ``run`` (when the caller made it
                 for this Algorithm alone; its HTTP sessions belong to ``run``'s event loop).
         """

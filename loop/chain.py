@@ -12,11 +12,11 @@ from tracebank.loop.cancel import run_blocking
 from tracebank.loop.config import RoundConfig
 from tracebank.loop.errors import LoopError, NoSucceededRolloutsError
 from tracebank.loop.servers import next_model_path
-from tracebank.warehouse.events import Collected, Event, OnEvent, Trained, TrainingStarted, Transformed
-from tracebank.warehouse.layout import Warehouse
+from tracebank.events import Collected, Event, OnEvent, Trained, TrainingStarted, Transformed
+from tracebank.warehouse.location import Warehouse
 
 if TYPE_CHECKING:
-    from tracebank.loop.round import RoundResult
+    from tracebank.loop.result import RoundResult
 
 
 async def chain(

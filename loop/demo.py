@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from tracebank.loop.config import AlgorithmConfig, DemoConfig, RoundConfig, ServerConfig, StagesConfig
 from tracebank.loop.local import agl_store
-from tracebank.loop.round import RoundResult
-from tracebank.warehouse.events import ModelReady, OnEvent, StoreStarted
-from tracebank.warehouse.layout import Warehouse
+from tracebank.loop.result import RoundResult
+from tracebank.events import ModelReady, OnEvent, StoreStarted
+from tracebank.warehouse.location import Warehouse
 
 if TYPE_CHECKING:
     import pyarrow as pa

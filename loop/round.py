@@ -21,64 +21,24 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracebank.loop.cancel import run_blocking
 from tracebank.loop.chain import chain
 from tracebank.loop.config import RoundConfig
 from tracebank.loop.errors import LoopUsageError
+from tracebank.loop.result import RoundResult
 from tracebank.loop.servers import check_model_dir, launch, served_name
 from tracebank.loop.store_protocol import check_store, enqueue, settle_spans, wait_for_rollouts
-from tracebank.warehouse.events import (
+from tracebank.events import (
     OnEvent,
     ProxyReady,
     RolledOut,
     ServerReady,
     ServerStarting,
 )
-from tracebank.warehouse.layout import Warehouse
-
-if TYPE_CHECKING:
-    from tracebank.collect import CollectResult
-    from tracebank.train import RunRecord
-    from tracebank.transform import TransformResult
-
-
-@dataclass
-class RoundResult:
-    """What one round did: what it served, how its rollouts ended, and what each chained stage made."""
-
-    model: str
-    """The model folder that was served."""
-    served_model: str
-    """The name the model server answered to."""
-    server_command: list[str]
-    """The command line the model server was started with."""
-    proxy_model_list: list[dict[str, Any]]
-    """The LiteLLM model list the proxy forwarded with."""
-    resources_id: str
-    """The store's id of the published proxy resource."""
-    rollout_ids: list[str]
-    """The rollouts enqueued, in task order."""
-    statuses: dict[str, int]
-    """Rollouts per final status."""
-    iteration: int | None = None
-    """The Algorithm's iteration, None for a standalone round."""
-    seconds: dict[str, float] = field(default_factory=dict)
-    """Wall time of each step."""
-    collection: CollectResult | None = None
-    """The collect result (``--then collect`` and later)."""
-    dataset: TransformResult | None = None
-    """The dataset version written (``--then transform`` and later)."""
-    run: RunRecord | None = None
-    """The training run (``--then train``)."""
-
-    @property
-    def next_model(self) -> str | None:
-        """The trained model folder the next round serves."""
-        return self.run.output_dir if self.run is not None else None
+from tracebank.warehouse.location import Warehouse
 
 
 def _check_proxy(proxy: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from tracebank.loop.config import RoundConfig
 from tracebank.loop.errors import RoundTimeoutError
-from tracebank.warehouse.events import OnEvent, RolloutProgress
+from tracebank.events import OnEvent, RolloutProgress
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 

@@ -94,7 +94,7 @@ def memorise(work: Path, backend: str) -> dict[str, Any]:
     import torch
     from tracebank.train import TrainConfig, train
     from tracebank.train.tiny_model import build_tiny_model
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tests.fixtures.datasets import QA_PAIRS, SYSTEM, load_tokenizer, qa_rows, write_dataset
@@ -160,7 +160,7 @@ def throughput(work: Path, rows: int, length: int, hidden: int, layers: int, ste
     from tracebank.train import TrainConfig, train
     from tracebank.train.tiny_model import build_tiny_model
     from tracebank.warehouse.contract import IGNORE_INDEX
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
 
     from tests.fixtures.datasets import write_dataset
 

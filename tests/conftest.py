@@ -8,7 +8,7 @@ import uuid
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest  # noqa: E402
-from tracebank.warehouse.layout import Warehouse  # noqa: E402
+from tracebank.warehouse.location import Warehouse  # noqa: E402
 
 from tests.fixtures.agl1_server import agl1_env, agl1_model_server, agl1_round, agl1_server  # noqa: E402, F401
 from tests.fixtures.ray_cluster import RayCluster, ray_cluster  # noqa: E402

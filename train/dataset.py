@@ -16,7 +16,7 @@ from tracebank.train.errors import TrainError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.contract import IGNORE_INDEX
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import DatasetManifest
 from tracebank.warehouse.storage import entry_paths, iter_batches, read_table, verify_hashes
 

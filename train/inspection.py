@@ -15,7 +15,7 @@ from typing import Any
 from tracebank.train.dataset import open_version
 from tracebank.train.errors import TrainError
 from tracebank.warehouse.contract import IGNORE_INDEX
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import check_sizes, read_table
 
 DIM, BOLD_GREEN, RESET = "\x1b[2m", "\x1b[1;32m", "\x1b[0m"

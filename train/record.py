@@ -13,7 +13,7 @@ import secrets
 from importlib import metadata
 from typing import Any
 
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import RunRecord
 from tracebank.warehouse.storage import Storage
 

@@ -30,9 +30,9 @@ from tracebank.train.dataset import DatasetVersion, open_version, verify
 from tracebank.train.errors import TrainConfigError, TrainError
 from tracebank.train.model_card import PROVENANCE_FILE, write_model_card, written_by_train
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
-from tracebank.warehouse.claims import Owner, release, try_claim
+from tracebank.warehouse.claims import Claim, Owner, output_claim, release, try_claim
 from tracebank.warehouse.errors import TracebankError
-from tracebank.warehouse.events import (
+from tracebank.events import (
     Metric,
     OnEvent,
     RunChecked,
@@ -40,8 +40,8 @@ from tracebank.warehouse.events import (
     RunStarted,
     event_from_dict,
 )
-from tracebank.warehouse.gc import output_claim, scratch_dir, staging_dir
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.layout import scratch_key, staging_dir
+from tracebank.warehouse.location import Warehouse
 
 KILL_GRACE_S = 5.0
 
@@ -71,7 +71,7 @@ def _check_output(output: Path, overwrite: bool, wh: Warehouse) -> None:
             )
 
 
-def _claim_output(output: Path, owner: Owner) -> Path:
+def _claim_output(output: Path, owner: Owner) -> Claim:
     """Claim ``output`` for this run, so two trains with the same --output cannot both publish."""
     path = output_claim(output)
     holder = try_claim(path, owner)
@@ -291,7 +291,7 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
         raise
     record.log_file = str(writer.folder / "train.log")
     emit(RunStarted(run_id=run_id, dataset=version.label, run_dir=str(writer.folder)))
-    scratch = scratch_dir(wh, run_id)
+    scratch = wh.root / scratch_key(run_id)
     staging = staging_dir(output, run_id)
     wall = time.perf_counter()
     try:

@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 from tracebank.train.errors import TrainError
 from tracebank.warehouse import catalog
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 from tracebank.warehouse.storage import Storage
 

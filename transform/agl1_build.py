@@ -31,7 +31,7 @@ from tracebank.transform.manifest import content_hash, rows_digest, source_hash,
 from tracebank.transform.provenance import metadata_fields, served_models
 from tracebank.transform.writer import encode
 from tracebank.warehouse import schemas
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, DatasetManifest
 from tracebank.warehouse.storage import Storage
 

@@ -51,7 +51,7 @@ from tracebank.transform.writer import OpenSplit, open_split
 from tracebank.warehouse import memory, schemas
 from tracebank.warehouse.arrowutil import arrow_ints
 from tracebank.warehouse.catalog import DatasetRef
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, DatasetManifest, FileEntry
 from tracebank.warehouse.storage import Storage, files_of, read_table
 

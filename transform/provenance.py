@@ -19,7 +19,7 @@ from typing import Any
 
 from tracebank.transform.config import TransformConfig
 from tracebank.warehouse import catalog
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, DatasetManifest
 
 PREFIX = "tracebank."

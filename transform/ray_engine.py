@@ -55,7 +55,7 @@ from tracebank.transform.manifest import RowsDigest
 from tracebank.transform.rows import CallTokens, RowTokens
 from tracebank.transform.spill import TokenSpill
 from tracebank.transform.writer import OpenSplit, open_split, pieces, split_table
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry
 from tracebank.warehouse.storage import Storage
 

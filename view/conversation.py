@@ -19,7 +19,7 @@ import pyarrow as pa
 from tracebank.view.errors import NothingToShowError
 from tracebank.warehouse.catalog import resolve_dataset
 from tracebank.warehouse.contract import IGNORE_INDEX, RAW_LLM_SPAN
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 
 @dataclass

@@ -42,7 +42,7 @@ from tracebank.view.roundtrip import RoundTrip, check_row
 from tracebank.view.tables import READ
 from tracebank.view.tokenizer import load_tokenizer, local_model_dir
 from tracebank.warehouse.contract import IGNORE_INDEX
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import connect
 
 

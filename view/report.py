@@ -12,7 +12,7 @@ from tracebank.view.report_data import gather
 from tracebank.view.report_html import page
 from tracebank.view.tables import READ
 from tracebank.view.tokenizer import load_tokenizer
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import connect
 
 

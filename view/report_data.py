@@ -15,7 +15,7 @@ from tracebank.view.errors import NothingToShowError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.contract import IGNORE_INDEX, RAW_LLM_SPAN
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 #: Manifest counts that say why a call or row did not become a training row.
 DROP_KEYS = (

@@ -9,7 +9,7 @@ from tracebank.view.errors import NothingToShowError
 from tracebank.view.tables import READ
 from tracebank.view.text import conversation_text, dataset_row_text
 from tracebank.view.tokenizer import load_tokenizer
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import connect
 
 

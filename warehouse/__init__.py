@@ -1,4 +1,4 @@
-"""The warehouse: the folder every stage reads and writes, its typed records and its SQL views."""
+"""The warehouse: the folder (or bucket) every stage reads and writes, its typed records and its SQL views."""
 
 from tracebank.warehouse.catalog import DatasetRef, resolve_dataset, resolve_run
 from tracebank.warehouse.errors import (
@@ -9,7 +9,7 @@ from tracebank.warehouse.errors import (
     UsageError,
     WarehouseError,
 )
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import connect, run_sql
 from tracebank.warehouse.records import (
     CollectionManifest,

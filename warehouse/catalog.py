@@ -10,10 +10,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracebank.warehouse import layout
 from tracebank.warehouse.errors import NotFoundError, UsageError
-from tracebank.warehouse.layout import Warehouse, validate_name
+from tracebank.warehouse.layout import validate_name
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, DatasetManifest, RunRecord, SilverManifest
-from tracebank.warehouse.storage import Storage, version_number
+from tracebank.warehouse.storage import Storage
 
 _REF_RE = re.compile(r"^(?P<name>[^@]+)(?:@v?(?P<version>\d+))?$")
 
@@ -37,6 +39,11 @@ class DatasetRef:
 
     def __str__(self) -> str:
         return self.name if self.version is None else f"{self.name}@v{self.version}"
+
+
+def version_number(folder: Path) -> int:
+    """``datasets/<name>/v0003`` -> 3."""
+    return layout.version_number(folder.name) or 0
 
 
 def collections(wh: Warehouse) -> list[tuple[Path, CollectionManifest]]:

@@ -1,13 +1,12 @@
-"""Exclusive claims: one writer at a time for a name, on a local folder or an object store.
+"""Exclusive claims: one writer at a time for a name, over any byte store (a folder or a bucket).
 
-A claim is a small JSON object created only if no object of that name exists: here
-``open(O_CREAT | O_EXCL)``; on object storage the same contract is a conditional create
-(``PUT`` with ``If-None-Match: *``), and breaking a stale claim a conditional delete of the
-version that was read. No flock, so the mechanism does not depend on the file system.
-
-The claim names its owner (pid, host, the process's start time), so anyone can tell a claim whose
-process is gone (SIGKILL, OOM, power loss) from a live one; a claim of a dead process on this
-host is broken, a claim of another host is respected until that host's process releases it.
+A claim is a folder of generations ``<key>/0000000001``, ``...2``: the holder is the newest
+generation without a ``.released`` companion. Taking the claim is an exclusive create of the
+next generation, so exactly one of several racing writers gets it, on any store, with no
+conditional delete and no flock. Each generation names its owner (pid, host, the process's start
+time), so anyone can tell a claim whose process is gone (SIGKILL, OOM, power loss) from a live
+one: a holder that is gone on this host, or silent for STALE_S on another host (the holder rewrites
+``<gen>.alive`` every HEARTBEAT_S), counts as released.
 """
 
 from __future__ import annotations
@@ -15,21 +14,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tracebank.warehouse import layout
+from tracebank.warehouse.bytestore import ByteStore, LocalStore, RemoteStore
 from tracebank.warehouse.errors import WarehouseError
-from tracebank.warehouse.mirror import RemoteClaim
-
-if TYPE_CHECKING:
-    from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 POLL_S = 0.2
+#: How often a holder says it is alive.
+HEARTBEAT_S = 30.0
+#: A holder of another host not heard from for this long is gone, whatever its pid says.
+STALE_S = 300.0
 
 
 def _start_token(pid: int) -> str | None:
@@ -79,6 +81,9 @@ class Owner:
             pass  # exists, owned by another user
         return self.start is None or _start_token(self.pid) == self.start
 
+    def same_process(self, other: Owner) -> bool:
+        return (self.pid, self.host) == (other.pid, other.host)
+
     def describe(self) -> str:
         return f"{self.what or 'a process'} (pid {self.pid} on {self.host})"
 
@@ -91,102 +96,157 @@ class ClaimHeldError(WarehouseError):
         self.holder = holder
 
 
-def read_claim(path: Path) -> tuple[Owner, bytes] | None:
-    """The owner of the claim at ``path`` and its exact bytes, or None when there is none."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        return Owner.from_dict(json.loads(raw)), raw
-    except (ValueError, KeyError, TypeError):
-        # A claim being written right now is never seen half-written (it is created whole below),
-        # so an unreadable one is damage: treat its owner as gone.
-        return Owner(-1, socket.gethostname(), None, "an unreadable claim"), raw
+@dataclass
+class _Generations:
+    numbers: list[int]
+    released: set[int]
+    heard: dict[int, float]
+
+    @property
+    def top(self) -> int:
+        return self.numbers[-1] if self.numbers else 0
 
 
-def _create(path: Path, payload: bytes) -> bool:
-    """Create ``path`` with ``payload`` iff it does not exist; False if it does."""
-    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
-    with open(tmp, "wb") as fh:
-        fh.write(payload)
-        fh.flush()
-        os.fsync(fh.fileno())
-    try:
-        os.link(tmp, path)  # fails if path exists: the conditional create, written whole
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
+@dataclass
+class Claim:
+    """The claim ``key`` of ``store``."""
 
+    store: RemoteStore
+    key: str
+    _beats: dict[int, threading.Event] = field(default_factory=dict, compare=False, repr=False)
 
-def _break_if_same(path: Path, seen: bytes) -> None:
-    """Remove the claim at ``path`` only if it still holds ``seen`` (a conditional delete)."""
-    aside = path.with_name(f".{path.name}.broken-{secrets.token_hex(4)}")
-    try:
-        os.rename(path, aside)
-    except FileNotFoundError:
-        return
-    if aside.read_bytes() != seen:  # someone took it over between our read and the rename
-        with contextlib.suppress(FileExistsError):
-            os.link(aside, path)
-    aside.unlink(missing_ok=True)
+    @property
+    def name(self) -> str:
+        return self.key.rpartition("/")[2]
 
+    def _gen_key(self, gen: int, suffix: str = "") -> str:
+        return f"{self.key}/{gen:010d}{suffix}"
 
-def warehouse_claim(wh: Warehouse, name: str) -> Path | RemoteClaim:
-    """The claim called ``name`` of a warehouse: a file in its folder, or on its object store
-    (so writers on different machines exclude each other)."""
-    if wh.remote is not None:
-        return RemoteClaim(wh.remote, f"claims/{name}")
-    return wh.root / "claims" / f"{name}.claim"
+    def _generations(self) -> _Generations:
+        found = _Generations([], set(), {})
+        for f in self.store.walk(self.key):
+            number, dot, suffix = f.path.rpartition("/")[2].partition(".")
+            if not number.isdigit():
+                continue
+            gen = int(number)
+            if f"{dot}{suffix}" == layout.CLAIM_RELEASED:
+                found.released.add(gen)
+                continue
+            if not suffix:
+                found.numbers.append(gen)
+            found.heard[gen] = max(found.heard.get(gen, 0.0), f.mtime)
+        found.numbers.sort()
+        return found
 
+    def _owner_of(self, gen: int) -> Owner | None:
+        data = self.store.get(self._gen_key(gen))
+        try:
+            return Owner.from_dict(json.loads(data)) if data is not None else None
+        except (ValueError, KeyError, TypeError):
+            return None  # a generation is created whole, so an unreadable one is damage: not a holder
 
-def try_claim(path: Path | RemoteClaim, owner: Owner) -> Owner | None:
-    """Claim ``path`` for ``owner``: None when claimed, else the live (or unknown) holder."""
-    if isinstance(path, RemoteClaim):
-        return path.try_claim(owner)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps({**owner.to_dict(), "since": time.time()}, sort_keys=True).encode()
-    for _ in range(3):
-        if _create(path, payload):
+    def _live_holder(self, gens: _Generations) -> Owner | None:
+        if not gens.top or gens.top in gens.released:
             return None
-        held = read_claim(path)
-        if held is None:
-            continue  # released meanwhile
-        holder, raw = held
-        if holder.alive() is False:
-            _break_if_same(path, raw)
-            continue
+        owner = self._owner_of(gens.top)
+        if owner is None:
+            return None
+        alive = owner.alive()
+        if alive is None:  # another host: trust its heartbeat
+            alive = time.time() - gens.heard.get(gens.top, 0.0) <= STALE_S
+        return owner if alive else None
+
+    def holder(self) -> Owner | None:
+        """The live (or unknowable) holder, or None when the claim is free."""
+        return self._live_holder(self._generations())
+
+    def try_claim(self, owner: Owner) -> Owner | None:
+        """Claim it for ``owner``: None when claimed, else the live (or unknown) holder."""
+        payload = json.dumps({**owner.to_dict(), "since": time.time()}, sort_keys=True).encode()
+        holder = None
+        for _ in range(5):
+            gens = self._generations()  # one listing: the holder and the next number agree
+            holder = self._live_holder(gens)
+            if holder is not None:
+                return holder
+            if self.store.create_exclusive(self._gen_key(gens.top + 1), payload):
+                self._start_heartbeat(gens.top + 1)
+                return None
         return holder
-    held = read_claim(path)
-    return held[0] if held else None
+
+    def _start_heartbeat(self, gen: int) -> None:
+        stop = threading.Event()
+        self._beats[gen] = stop
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                with contextlib.suppress(Exception):  # a missed beat is retried; STALE_S allows ten
+                    self.store.put(self._gen_key(gen, layout.CLAIM_ALIVE), b"")
+
+        threading.Thread(target=beat, name=f"claim-{self.name}-{gen}", daemon=True).start()
+
+    def release(self, owner: Owner) -> None:
+        """Give up the claim ``owner`` holds (a claim someone else holds is left alone)."""
+        for stop in self._beats.values():
+            stop.set()
+        gens = self._generations()
+        for gen in reversed(gens.numbers):
+            held_by = self._owner_of(gen)
+            if held_by is not None and held_by.same_process(owner):
+                if gen not in gens.released:
+                    self.store.put(self._gen_key(gen, layout.CLAIM_RELEASED), b"")
+                return
+
+    def clear_if_free(self, older_than: float) -> list[str]:
+        """Delete every generation once nobody holds the claim and none was written for
+        ``older_than`` seconds; the keys deleted."""
+        if self.holder() is not None:
+            return []
+        files = self.store.walk(self.key)
+        if any(time.time() - f.mtime < older_than for f in files):
+            return []
+        for f in files:
+            self.store.delete(f.path)
+        return [f.path for f in files]
 
 
-def release(path: Path | RemoteClaim, owner: Owner) -> None:
+def warehouse_claim(wh: Warehouse, name: str) -> Claim:
+    """The claim called ``name`` of a warehouse, on its store (so writers on different machines
+    exclude each other)."""
+    store: ByteStore = wh.store
+    return Claim(store, layout.claim_key(name))
+
+
+def output_claim(output: Path) -> Claim:
+    """The claim that lets only one run at a time write the model folder ``output``."""
+    parent, key = layout.output_claim_key(output)
+    return Claim(LocalStore(parent), key)
+
+
+def try_claim(claim: Claim, owner: Owner) -> Owner | None:
+    """Claim ``claim`` for ``owner``: None when claimed, else the live (or unknown) holder."""
+    return claim.try_claim(owner)
+
+
+def release(claim: Claim, owner: Owner) -> None:
     """Give up a claim ``owner`` holds (a claim someone else holds is left alone)."""
-    if isinstance(path, RemoteClaim):
-        path.release(owner)
-        return
-    held = read_claim(path)
-    if held is not None and held[0].pid == owner.pid and held[0].host == owner.host:
-        _break_if_same(path, held[1])
+    claim.release(owner)
 
 
 @contextlib.contextmanager
 def claimed(
-    path: Path | RemoteClaim,
+    claim: Claim,
     owner: Owner,
     wait: bool,
     on_wait: Callable[[Owner], None] | None = None,
     busy_hint: str | None = None,
 ) -> Iterator[None]:
-    """Hold the claim at ``path`` for the block. ``wait``: poll until it is free (``on_wait`` is
-    told once whom it waits for); otherwise raise ClaimHeldError naming the holder."""
+    """Hold ``claim`` for the block. ``wait``: poll until it is free (``on_wait`` is told once whom
+    it waits for); otherwise raise ClaimHeldError naming the holder."""
     told = False
-    while (holder := try_claim(path, owner)) is not None:
+    while (holder := claim.try_claim(owner)) is not None:
         if not wait:
-            raise ClaimHeldError(f"{path.name} is held by {holder.describe()}", busy_hint, holder)
+            raise ClaimHeldError(f"{claim.name} is held by {holder.describe()}", busy_hint, holder)
         if not told and on_wait is not None:
             on_wait(holder)
             told = True
@@ -194,4 +254,4 @@ def claimed(
     try:
         yield
     finally:
-        release(path, owner)
+        claim.release(owner)

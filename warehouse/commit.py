@@ -1,148 +1,88 @@
-"""The atomic-write protocol under :class:`tracebank.warehouse.storage.Storage` (its only user
-besides the FORMAT.json of a new warehouse).
+"""The commit protocol, written once over any byte store (a folder or a bucket through its mirror).
 
-Data files are written under a temporary name, fsynced and renamed into place;
-the manifest listing them is written last, the same way. A reader only trusts
-files named by a committed manifest, so a writer killed at any point leaves
-nothing a reader can see, only unreferenced files that ``tracebank gc`` may
-delete.
+1. Data files are written under names only their writer uses (a fresh collection id, a reserved
+   version number, a random silver build suffix), whole or not at all, in the local working
+   folder; committing publishes them to the store.
+2. The manifest listing them goes last. Where two writers could claim the same folder (a
+   collection, a dataset version) it is an exclusive create, so the second fails instead of
+   replacing the first; a silver cache's manifest is replaced in place.
+3. A version number is reserved by an exclusive create of its ``RESERVED`` file, given back
+   (with anything written under it) when the writer abandons it; a collection is retired by
+   deleting its manifest (its files stay for readers that planned against them, until gc).
+
+A folder without a manifest does not exist for readers, so a writer killed at any point leaves
+only files no reader opens (gc removes them after its ``--min-age``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+import shutil
+import time
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from tracebank.warehouse.errors import CorruptFileError
-from tracebank.warehouse.records import FileEntry, Manifest
-
-TMP_MARK = ".tmp-"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from tracebank.warehouse import layout
+from tracebank.warehouse.atomic import json_bytes
+from tracebank.warehouse.bytestore import ByteStore
+from tracebank.warehouse.claims import Owner
+from tracebank.warehouse.errors import WarehouseError
+from tracebank.warehouse.records import Manifest
 
 
-def _tmp_name(final: Path) -> Path:
-    return final.with_name(f"{final.name}{TMP_MARK}{uuid.uuid4().hex[:12]}")
+def manifest_bytes(manifest: Manifest) -> bytes:
+    """How a manifest is written: its JSON form with its format version."""
+    return json_bytes({**manifest.to_json(), "format_version": manifest.FORMAT_VERSION})
 
 
-@contextmanager
-def atomic_path(final: Path) -> Iterator[Path]:
-    """Yield a temp path to write; on success fsync it and rename it to ``final``."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(final)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-        fsync_dir(final.parent)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_bytes_atomic(final: Path, data: bytes) -> None:
-    with atomic_path(final) as tmp:
-        tmp.write_bytes(data)
-
-
-def write_buffer_atomic(final: Path, data: Any, rows: int | None = None) -> dict[str, Any]:
-    """Write bytes already in memory (bytes, memoryview, ``pa.Buffer``) to ``final`` atomically;
-    return its manifest file entry, hashed from memory instead of reading the file back."""
-    view = memoryview(data)
-    with atomic_path(final) as tmp, open(tmp, "wb") as fh:
-        fh.write(view)
-    entry: dict[str, Any] = {
-        "path": final.name,
-        "bytes": view.nbytes,
-        "sha256": hashlib.sha256(view).hexdigest(),
-    }
-    if rows is not None:
-        entry["rows"] = rows
-    return entry
-
-
-def json_bytes(obj: Any) -> bytes:
-    """How the warehouse writes JSON (manifests, records): sorted keys, indented, a final newline."""
-    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode()
-
-
-def write_json_atomic(final: Path, obj: Any) -> None:
-    write_bytes_atomic(final, json_bytes(obj))
-
-
-def write_parquet_atomic(final: Path, table: pa.Table, **kwargs: Any) -> dict[str, Any]:
-    """Write ``table`` to ``final`` atomically; return its manifest file entry."""
-    kwargs.setdefault("compression", "zstd")
-    kwargs.setdefault("write_page_checksum", True)  # CRCs that Storage's readers verify
-    with atomic_path(final) as tmp:
-        pq.write_table(table, tmp, **kwargs)
-    return file_entry(final, rows=table.num_rows)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def file_entry(path: Path, rows: int | None = None) -> dict[str, Any]:
-    """What a manifest records of one data file: name relative to the manifest, size, hash."""
-    entry: dict[str, Any] = {
-        "path": path.name,
-        "bytes": path.stat().st_size,
-        "sha256": sha256_file(path),
-    }
-    if rows is not None:
-        entry["rows"] = rows
-    return entry
-
-
-def size_problem(path: Path, entry: FileEntry) -> str | None:
-    """Why the committed file at ``path`` does not match ``entry`` by size (missing, or another
-    size), or None when it does."""
-    if not path.exists():
-        return f"committed file {path} is missing"
-    size = path.stat().st_size
-    if size != entry.bytes:
-        return f"committed file {path} is {size} bytes, manifest says {entry.bytes}"
-    return None
-
-
-def check_sizes(folder: Path, manifest: Manifest) -> None:
-    """Cheap integrity check: every listed file exists with the recorded size."""
-    from tracebank.warehouse.mirror import ensure_files  # a mirror fetches what it lacks first
-
-    ensure_files(folder, manifest.files)
+def commit_folder(store: ByteStore, folder: str, manifest: Manifest, exclusive: bool) -> None:
+    """Publish the files ``manifest`` lists under ``folder``, then the manifest, last."""
     for entry in manifest.files:
-        problem = size_problem(folder / entry.path, entry)
-        if problem is not None:
-            raise CorruptFileError(problem, "the file was truncated or altered after commit")
-
-
-def verify_hashes(folder: Path, manifest: Manifest) -> None:
-    """Full integrity check: sizes, then the sha256 of every listed file."""
-    check_sizes(folder, manifest)
+        if not store.local_path(f"{folder}/{entry.path}").is_file():
+            raise WarehouseError(f"refusing to commit {store.uri}/{folder}: {entry.path} is missing")
     for entry in manifest.files:
-        path = folder / entry.path
-        if sha256_file(path) != entry.sha256:
-            raise CorruptFileError(
-                f"committed file {path} does not match its sha256 in the manifest",
-                "the file was altered after commit; rebuild it",
-            )
+        store.publish(f"{folder}/{entry.path}")
+    key = f"{folder}/{layout.MANIFEST}"
+    if not exclusive:
+        store.put(key, manifest_bytes(manifest))
+    elif not store.create_exclusive(key, manifest_bytes(manifest)):
+        raise WarehouseError(f"{store.uri}/{folder} was committed by another writer first")
+
+
+def retire(store: ByteStore, folder: str) -> None:
+    """Make a committed folder invisible: its manifest goes, its files stay until gc."""
+    store.delete(f"{folder}/{layout.MANIFEST}")
+
+
+def next_version(store: ByteStore, dataset: str) -> int:
+    """The next free version number under ``dataset`` (folders without a manifest count as taken)."""
+    taken = [layout.version_number(name) for name in store.children(dataset)]
+    return max((v for v in taken if v is not None), default=0) + 1
+
+
+def reserve_version(store: ByteStore, dataset: str, owner: Owner) -> int:
+    """Claim the first free version number of ``dataset`` (a concurrent writer gets another)."""
+    payload = json.dumps({**owner.to_dict(), "since": time.time()}, sort_keys=True).encode()
+    version = next_version(store, dataset)
+    while not store.create_exclusive(
+        f"{dataset}/{layout.version_folder_name(version)}/{layout.RESERVED}", payload
+    ):
+        version += 1
+    return version
+
+
+def release_version(store: ByteStore, folder: str) -> None:
+    """Give a reserved, never committed version number back, with anything written under it."""
+    if store.get(f"{folder}/{layout.MANIFEST}") is not None:
+        return  # committed after all: never take a visible version apart
+    reserved = f"{folder}/{layout.RESERVED}"
+    for f in store.walk(folder):
+        if f.path != reserved:
+            store.delete(f.path)
+    store.delete(reserved)
+    shutil.rmtree(store.local_path(folder), ignore_errors=True)  # what was never published
+
+
+def read_json(store: ByteStore, key: str) -> Any:
+    """The parsed JSON of ``key``, None when absent; invalid JSON raises ValueError."""
+    data = store.get(key)
+    return None if data is None else json.loads(data)

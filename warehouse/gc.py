@@ -1,15 +1,17 @@
 """`tracebank gc`: remove what crashed or killed writers left behind, and say what it freed.
 
-What a writer killed at any point can leave, and what gc does about it:
+Written once over the warehouse's store keys, so a folder and a bucket are swept alike. What a
+writer killed at any point can leave, and what gc does about it:
 - a run record still saying ``running`` whose process is gone: written as failed ("process gone");
-- a run's scratch (``tmp/train-<run_id>``, often ~10x the dataset) and its staging model next to
-  its ``--output`` (``.<name>.tmp-<run_id>``, half-saved): removed once the run is not running;
-- commit temp files (``<name>.tmp-<random>``), files of a replaced silver cache (kept a while
-  for readers of the old manifest), other scratch under ``tmp/``, and folders of
-  collections / silver caches / dataset versions that never got a manifest: removed once they are
-  older than ``min_age_s`` (a writer still working on them is younger than that), and so are
-  retired collections and the silver caches of collections that are gone;
-- claims whose process is gone.
+- a run's scratch (``tmp/train-<run_id>``: checkpoints, caches, often ~10x the dataset) and its
+  staging model next to its ``--output`` (``.<name>.tmp-<run_id>``, half-saved): removed once the
+  run is not running;
+- files a committed folder's manifest does not list (commit temp files, the files of a replaced
+  silver cache kept a while for readers of the old manifest), folders of collections / silver
+  caches / dataset versions that never got a manifest (a reserved version never committed), the
+  silver caches of retired collections, other scratch under ``tmp/``: removed once every file
+  concerned is older than ``min_age_s`` (a writer still working on them is younger than that);
+- claims nobody holds any more.
 Committed files, manifests and finished models are never touched.
 """
 
@@ -17,45 +19,22 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import shutil
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracebank.warehouse.claims import read_claim, release
-from tracebank.warehouse.commit import TMP_MARK
+from tracebank.warehouse import layout
+from tracebank.warehouse.bytestore import StoredFile
+from tracebank.warehouse.claims import Claim, output_claim
 from tracebank.warehouse.errors import CorruptFileError
-from tracebank.warehouse.layout import MANIFEST, Warehouse
-from tracebank.warehouse.mirror import PULLED
-from tracebank.warehouse.objectstore import StoredFile
-from tracebank.warehouse.records import (
-    CollectionManifest,
-    DatasetManifest,
-    Manifest,
-    RunRecord,
-    SilverManifest,
-)
-from tracebank.warehouse.remote_gc import sweep_remote
-from tracebank.warehouse.storage import Storage, read_manifest, settle_run
+from tracebank.warehouse.layout import CommitFolder
+from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import MANIFEST_KINDS, Storage, parse_manifest, settle_run
 
 #: A temp file or uncommitted folder younger than this may still be a live writer's.
 DEFAULT_MIN_AGE_S = 3600.0
-
-
-def staging_dir(output: Path, run_id: str) -> Path:
-    """Where train writes a run's model before moving it to ``output`` (beside it, same file system)."""
-    return output.parent / f".{output.name}{TMP_MARK}{run_id}"
-
-
-def scratch_dir(wh: Warehouse, run_id: str) -> Path:
-    """A run's scratch folder inside the warehouse."""
-    return wh.tmp_dir / f"train-{run_id}"
-
-
-def output_claim(output: Path) -> Path:
-    """The claim that lets only one run at a time write ``output``."""
-    return output.parent / f".{output.name}.claim"
 
 
 @dataclass
@@ -100,12 +79,13 @@ def _age_s(path: Path, now: float) -> float:
 
 
 class _Sweeper:
-    def __init__(self, dry_run: bool) -> None:
-        self.dry_run = dry_run
+    def __init__(self, wh: Warehouse, dry_run: bool) -> None:
+        self.wh, self.dry_run = wh, dry_run
         self.report = GcReport()
         self.seen: set[Path] = set()
 
-    def remove(self, path: Path) -> None:
+    def remove_path(self, path: Path) -> None:
+        """Remove a local file or folder outside the committed folders (scratch, staging)."""
         if path in self.seen or not (path.exists() or path.is_symlink()):
             return
         self.seen.add(path)
@@ -117,51 +97,50 @@ class _Sweeper:
         else:
             path.unlink(missing_ok=True)
 
-    def remove_remote(self, wh: Warehouse, f: StoredFile) -> None:
-        self.report.removed.append((f"{wh.remote.uri}/{f.path}", f.size))
+    def remove_keys(self, label: str, files: list[StoredFile]) -> None:
+        """Remove these keys of the store, reported as one item called ``label``."""
+        self.report.removed.append((f"{self.wh.store.uri}/{label}", sum(f.size for f in files)))
         if not self.dry_run:
-            wh.remote.delete(f.path)
-
-
-def _settle_runs(wh: Warehouse, sweep: _Sweeper) -> set[str]:
-    """Write runs whose process is gone as failed; the ids of runs still running."""
-    storage = Storage(wh)
-    if storage.remote:
-        storage.runs()  # bring the store's run records into the mirror first
-    running: set[str] = set()
-    for folder in sorted(p for p in wh.runs_dir.iterdir() if p.is_dir()) if wh.runs_dir.exists() else []:
-        path = folder / "run.json"
-        try:
-            record = RunRecord.from_json(json.loads(path.read_text()), str(path))
-        except (OSError, ValueError, CorruptFileError):
-            continue  # `tracebank verify` reports unreadable records
-        settled = settle_run(record)
-        if settled.status == "running":
-            running.add(folder.name)
-            continue
-        if record.status == "running":
-            sweep.report.runs_failed.append(folder.name)
-            if not sweep.dry_run:
-                storage.write_run(dataclasses.replace(settled, finished_at=_now()))
-        _sweep_run_leftovers(wh, folder.name, record.output_dir, sweep)
-    return running
+            for f in files:
+                self.wh.store.delete(f.path)
 
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def _settle_runs(wh: Warehouse, sweep: _Sweeper) -> set[str]:
+    """Write runs whose process is gone as failed; the ids of runs still running."""
+    storage = Storage(wh)
+    running: set[str] = set()
+    for run_id in storage.run_ids():
+        try:
+            record = storage.read_run(run_id, settle=False)
+        except CorruptFileError:
+            continue  # `tracebank verify` reports unreadable records
+        if record is None:
+            continue
+        settled = settle_run(record)
+        if settled.status == "running":
+            running.add(run_id)
+            continue
+        if record.status == "running":
+            sweep.report.runs_failed.append(run_id)
+            if not sweep.dry_run:
+                storage.write_run(dataclasses.replace(settled, finished_at=_now()))
+        _sweep_run_leftovers(wh, run_id, record.output_dir, sweep)
+    return running
+
+
 def _sweep_run_leftovers(wh: Warehouse, run_id: str, output_dir: str, sweep: _Sweeper) -> None:
     """A finished or dead run's scratch, staging model, half-replaced old output and claim."""
     out = Path(output_dir)
-    sweep.remove(staging_dir(out, run_id))
-    for old in out.parent.glob(f".{out.name}.old-*") if out.parent.exists() else ():
-        sweep.remove(old)
-    claim = output_claim(out)
-    held = read_claim(claim)
-    if held is not None and held[0].alive() is False and not sweep.dry_run:
-        release(claim, held[0])
-    sweep.remove(scratch_dir(wh, run_id))
+    sweep.remove_path(layout.staging_dir(out, run_id))
+    for old in out.parent.glob(f".{out.name}.old-*") if out.parent.is_dir() else ():
+        sweep.remove_path(old)
+    if out.parent.is_dir() and not sweep.dry_run:
+        output_claim(out).clear_if_free(older_than=0.0)
+    sweep.remove_path(wh.root / layout.scratch_key(run_id))
 
 
 def _sweep_tmp(wh: Warehouse, running: set[str], sweep: _Sweeper, now: float, min_age_s: float) -> None:
@@ -171,63 +150,64 @@ def _sweep_tmp(wh: Warehouse, running: set[str], sweep: _Sweeper, now: float, mi
         if entry.name.startswith("train-") and entry.name.removeprefix("train-") in running:
             continue
         if _age_s(entry, now) >= min_age_s:
-            sweep.remove(entry)
+            sweep.remove_path(entry)
 
 
-def commit_folders(wh: Warehouse) -> list[tuple[Path, type[Manifest]]]:
-    """Every folder that is, or was meant to become, a commit, with the manifest kind it takes."""
-    folders: list[tuple[Path, type[Manifest]]] = []
-    for parent, kind in ((wh.collections_dir, CollectionManifest), (wh.silver_dir, SilverManifest)):
-        folders += [(p, kind) for p in parent.iterdir() if p.is_dir()] if parent.exists() else []
-    if wh.datasets_dir.exists():
-        for name in (p for p in wh.datasets_dir.iterdir() if p.is_dir()):
-            folders += [(p, DatasetManifest) for p in name.iterdir() if p.is_dir()]
+def _commit_folders(wh: Warehouse) -> dict[CommitFolder, list[StoredFile]]:
+    folders: dict[CommitFolder, list[StoredFile]] = defaultdict(list)
+    for f in wh.store.walk(""):
+        found = layout.commit_folder_of(f.path)
+        if found is not None:
+            folders[found].append(f)
     return folders
 
 
-def _sweep_uncommitted(wh: Warehouse, sweep: _Sweeper, now: float, min_age_s: float) -> None:
-    for folder, kind in commit_folders(wh):
+def _sweep_commit_folders(wh: Warehouse, sweep: _Sweeper, now: float, min_age_s: float) -> None:
+    folders = _commit_folders(wh)
+    old = lambda files: all(now - f.mtime >= min_age_s for f in files)  # noqa: E731
+    listed: dict[CommitFolder, set[str] | None] = {}
+    for folder in folders:
         try:
-            manifest = read_manifest(folder, kind)
+            manifest = parse_manifest(wh.store, folder.key, MANIFEST_KINDS[folder.kind])
         except CorruptFileError:
             continue  # damaged, not abandoned: `tracebank verify` names it, gc leaves it
-        if manifest is not None:
-            # Temp files, and files of a replaced silver cache that no manifest lists any more.
-            listed = {MANIFEST, PULLED, *(e.path for e in manifest.files)}
-            for path in folder.iterdir():
-                if path.name not in listed and _age_s(path, now) >= min_age_s:
-                    sweep.remove(path)
-        elif _age_s(folder, now) >= min_age_s and all(_age_s(p, now) >= min_age_s for p in folder.rglob("*")):
-            sweep.remove(folder)
+        names = None if manifest is None else {e.path for e in manifest.files}
+        listed[folder] = None if names is None else names | {layout.MANIFEST, layout.RESERVED}
+    committed = {f.key for f, names in listed.items() if names is not None and f.kind == "collection"}
+    for folder, names in listed.items():
+        files = folders[folder]
+        gone = (
+            folder.kind == "silver"
+            and f"{layout.COLLECTIONS}/{folder.key.partition('/')[2]}" not in committed
+        )
+        if (names is None or gone) and old(files):
+            sweep.remove_keys(folder.key, files)
+        elif names is not None:
+            for f in files:
+                if f.path.rpartition("/")[2] not in names and old([f]):
+                    sweep.remove_keys(f.path, [f])
 
 
-def _sweep_orphan_silver(wh: Warehouse, sweep: _Sweeper, now: float, min_age_s: float) -> None:
-    """Silver caches of collections that are no longer committed (retired by a repair)."""
-    if not wh.silver_dir.exists():
-        return
-    for folder in wh.silver_dir.iterdir():
-        if not folder.is_dir() or _age_s(folder / MANIFEST, now) < min_age_s:
+def _sweep_claims(wh: Warehouse, sweep: _Sweeper, min_age_s: float) -> None:
+    for name in wh.store.children(layout.CLAIMS):
+        claim = Claim(wh.store, f"{layout.CLAIMS}/{name}")
+        files = wh.store.walk(claim.key)
+        if sweep.dry_run or claim.holder() is not None:
             continue
-        try:
-            committed = read_manifest(wh.collections_dir / folder.name, CollectionManifest) is not None
-        except CorruptFileError:
-            continue  # a damaged collection manifest: verify names it; its silver stays
-        if not committed:
-            sweep.remove(folder)
+        if claim.clear_if_free(older_than=min_age_s):
+            sweep.report.removed.append((f"{wh.store.uri}/{claim.key}", sum(f.size for f in files)))
 
 
 def gc(wh: Warehouse, min_age_s: float = DEFAULT_MIN_AGE_S, dry_run: bool = False) -> GcReport:
     """Remove what crashed writers left in ``wh`` (see the module docstring); what it freed."""
     wh.check_format()
-    sweep = _Sweeper(dry_run)
+    sweep = _Sweeper(wh, dry_run)
     now = time.time()
     running = _settle_runs(wh, sweep)
     _sweep_tmp(wh, running, sweep, now, min_age_s)
-    _sweep_uncommitted(wh, sweep, now, min_age_s)
-    _sweep_orphan_silver(wh, sweep, now, min_age_s)
-    if wh.remote is not None:
-        sweep_remote(wh, lambda f: sweep.remove_remote(wh, f), now, min_age_s)
-    for tmp in wh.root.glob(f"*{TMP_MARK}*"):  # FORMAT.json's temp file
+    _sweep_commit_folders(wh, sweep, now, min_age_s)
+    _sweep_claims(wh, sweep, min_age_s)
+    for tmp in wh.root.glob(f"*{layout.TMP_MARK}*"):  # FORMAT.json's temp file
         if _age_s(tmp, now) >= min_age_s:
-            sweep.remove(tmp)
+            sweep.remove_path(tmp)
     return sweep.report

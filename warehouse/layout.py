@@ -1,4 +1,4 @@
-"""Where everything lives inside a warehouse folder.
+"""Every name inside a warehouse, and nothing else: this module only builds names and paths.
 
 WAREHOUSE/
   FORMAT.json                         format name and version
@@ -7,32 +7,66 @@ WAREHOUSE/
     manifest.json                     written last: the commit
   silver/<collection_id>/             llm_calls, rewards, messages (+ manifest)
   datasets/<name>/v0001/              gold: one immutable dataset version
-    train.parquet [validation.parquet] manifest.json
+    RESERVED train.parquet [validation.parquet] manifest.json
   runs/<run_id>/run.json metrics.jsonl
+  claims/<name>/<generation>[.alive|.released]
   tmp/                                scratch; never read
 
-A warehouse on object storage (``s3://bucket/prefix``) has the same layout under its
-prefix; this machine works in a local mirror of it (:func:`mirror_folder`), which holds
-only committed folders, each verified against its manifest (see ``warehouse.mirror``).
+Keys are paths relative to the warehouse root with ``/`` separators: the same key names a
+file in a folder and an object under ``s3://bucket/prefix``. :func:`commit_folder_of` is the
+one classifier of keys into the commit folders they belong to (gc and verify use it).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tracebank.warehouse.errors import UsageError, WarehouseError
+from tracebank.warehouse.errors import UsageError
 
 FORMAT_NAME = "tracebank-warehouse"
 FORMAT_VERSION = 1
+#: The warehouse's format file, at its root.
+FORMAT = "FORMAT.json"
+#: The file that commits a folder: written last, it lists the folder's data files.
 MANIFEST = "manifest.json"
+#: In a dataset version folder: who reserved the number, created only if absent.
+RESERVED = "RESERVED"
+#: A run's record and its metric events (one JSON object a line).
+RUN_RECORD = "run.json"
+RUN_METRICS = "metrics.jsonl"
+#: Marks a file being written under a name only its writer uses (``<name>.tmp-<random>``).
+TMP_MARK = ".tmp-"
+#: Suffixes of a claim generation's companions: its holder is alive / gave it up.
+CLAIM_ALIVE = ".alive"
+CLAIM_RELEASED = ".released"
+
+COLLECTIONS = "collections"
+SILVER = "silver"
+DATASETS = "datasets"
+RUNS = "runs"
+CLAIMS = "claims"
+TMP = "tmp"
+#: The top-level folders a warehouse (or a mirror of one) holds.
+TOP_FOLDERS = (COLLECTIONS, SILVER, DATASETS, RUNS, TMP)
+
 ENV_VAR = "TRACEBANK_WAREHOUSE"
 #: Moves tracebank's cache folder (default ``~/.cache/tracebank``): built environments, mirrors.
 CACHE_VARIABLE = "TRACEBANK_CACHE_DIR"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def validate_name(name: str, what: str = "name") -> str:
+    """Return ``name`` if it is safe as a folder name, else raise UsageError."""
+    if not isinstance(name, str) or not _NAME_RE.match(name) or name in {".", ".."}:
+        raise UsageError(
+            f"invalid {what} {name!r}",
+            "use letters, digits, '.', '_' or '-', starting with a letter or digit",
+        )
+    return name
 
 
 def cache_dir() -> Path:
@@ -47,138 +81,79 @@ def mirror_folder(uri: str) -> Path:
     return cache_dir().joinpath("warehouses", scheme, *parts)
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# -- keys of committed folders ------------------------------------------------------------------
+def collection_key(collection_id: str) -> str:
+    return f"{COLLECTIONS}/{validate_name(collection_id, 'collection id')}"
 
 
-def validate_name(name: str, what: str = "name") -> str:
-    """Return ``name`` if it is safe as a folder name, else raise UsageError."""
-    if not _NAME_RE.match(name) or name in {".", ".."}:
-        raise UsageError(
-            f"invalid {what} {name!r}",
-            "use letters, digits, '.', '_' or '-', starting with a letter or digit",
-        )
-    return name
+def silver_key(collection_id: str) -> str:
+    return f"{SILVER}/{validate_name(collection_id, 'collection id')}"
+
+
+def dataset_key(name: str) -> str:
+    return f"{DATASETS}/{validate_name(name, 'dataset name')}"
+
+
+def version_folder_name(version: int) -> str:
+    """``3`` -> ``v0003``."""
+    return f"v{version:04d}"
+
+
+def version_number(folder_name: str) -> int | None:
+    """``v0003`` -> 3; None for a name that is not a version folder."""
+    digits = folder_name[1:]
+    return int(digits) if folder_name.startswith("v") and digits.isdigit() else None
+
+
+def version_key(name: str, version: int) -> str:
+    return f"{dataset_key(name)}/{version_folder_name(version)}"
+
+
+def run_key(run_id: str) -> str:
+    return f"{RUNS}/{validate_name(run_id, 'run id')}"
+
+
+def claim_key(name: str) -> str:
+    return f"{CLAIMS}/{validate_name(name, 'claim name')}"
 
 
 @dataclass(frozen=True)
-class Warehouse:
-    """A warehouse folder; all paths inside it come from here.
+class CommitFolder:
+    """A folder that is, or was meant to become, one commit."""
 
-    For a warehouse on object storage, ``root`` is this machine's mirror of it and ``remote``
-    the store that holds the committed truth (:class:`~tracebank.warehouse.objectstore.ObjectStore`).
-    """
+    key: str
+    """Its key (``collections/<id>``, ``silver/<id>``, ``datasets/<name>/v0003``)."""
+    kind: str
+    """Which manifest commits it: ``collection``, ``silver`` or ``dataset``."""
 
-    root: Path
-    remote: Any = field(default=None, compare=False, repr=False)
 
-    @classmethod
-    def resolve(cls, path: str | os.PathLike[str] | None = None) -> Warehouse:
-        """``path``, else ``$TRACEBANK_WAREHOUSE``, else ``./warehouse``; ``s3://...`` is remote."""
-        from tracebank.warehouse.objectstore import LocalStore, open_store
+_COMMIT_DEPTH = {COLLECTIONS: (2, "collection"), SILVER: (2, "silver"), DATASETS: (3, "dataset")}
 
-        chosen = str(path or os.environ.get(ENV_VAR) or "warehouse")
-        store = open_store(chosen)
-        if isinstance(store, LocalStore):
-            return cls(store.root)
-        from tracebank.warehouse.mirror import register
 
-        wh = cls(mirror_folder(store.uri), store)
-        register(wh)
-        return wh
+def commit_folder_of(key: str) -> CommitFolder | None:
+    """The commit folder the file ``key`` lies in, or None for a key outside every one."""
+    parts = key.split("/")
+    depth, kind = _COMMIT_DEPTH.get(parts[0], (0, ""))
+    if not depth or len(parts) <= depth:
+        return None
+    return CommitFolder("/".join(parts[:depth]), kind)
 
-    @property
-    def location(self) -> str:
-        """Where the warehouse is, as a user names it (a folder, or ``s3://bucket/prefix``)."""
-        return self.remote.uri if self.remote is not None else str(self.root)
 
-    @property
-    def format_file(self) -> Path:
-        return self.root / "FORMAT.json"
+def is_manifest_of(key: str, folder: CommitFolder) -> bool:
+    return key == f"{folder.key}/{MANIFEST}"
 
-    @property
-    def collections_dir(self) -> Path:
-        return self.root / "collections"
 
-    @property
-    def silver_dir(self) -> Path:
-        return self.root / "silver"
+# -- train's files outside the committed folders ----------------------------------------------
+def scratch_key(run_id: str) -> str:
+    """A run's scratch folder inside the warehouse (checkpoints, caches; removed by gc)."""
+    return f"{TMP}/train-{validate_name(run_id, 'run id')}"
 
-    @property
-    def datasets_dir(self) -> Path:
-        return self.root / "datasets"
 
-    @property
-    def runs_dir(self) -> Path:
-        return self.root / "runs"
+def staging_dir(output: Path, run_id: str) -> Path:
+    """Where train writes a run's model before moving it to ``output`` (beside it, same file system)."""
+    return output.parent / f".{output.name}{TMP_MARK}{run_id}"
 
-    @property
-    def tmp_dir(self) -> Path:
-        return self.root / "tmp"
 
-    def collection_dir(self, collection_id: str) -> Path:
-        return self.collections_dir / validate_name(collection_id, "collection id")
-
-    def silver_collection_dir(self, collection_id: str) -> Path:
-        return self.silver_dir / validate_name(collection_id, "collection id")
-
-    def dataset_dir(self, name: str) -> Path:
-        return self.datasets_dir / validate_name(name, "dataset name")
-
-    def version_dir(self, name: str, version: int) -> Path:
-        return self.dataset_dir(name) / f"v{version:04d}"
-
-    def run_dir(self, run_id: str) -> Path:
-        return self.runs_dir / validate_name(run_id, "run id")
-
-    def exists(self) -> bool:
-        return self._has_format()
-
-    def _has_format(self) -> bool:
-        """Whether FORMAT.json is here (a mirror copies it from its store the first time)."""
-        if self.remote is not None and not self.format_file.exists():
-            from tracebank.warehouse.mirror import fetch_format
-
-            return fetch_format(self)
-        return self.format_file.exists()
-
-    def init(self) -> Warehouse:
-        """Create the folder layout (idempotent) and check its format version."""
-        from tracebank.warehouse.commit import write_json_atomic
-
-        if self.root.exists() and not self.root.is_dir():
-            raise WarehouseError(f"warehouse path {self.root} is a file, not a folder")
-        if (self.root / "__init__.py").exists():
-            raise WarehouseError(
-                f"{self.root} is a Python package, not a warehouse",
-                "pass --warehouse DIR or set TRACEBANK_WAREHOUSE (running from the source tree?)",
-            )
-        for d in (self.collections_dir, self.silver_dir, self.datasets_dir, self.runs_dir, self.tmp_dir):
-            d.mkdir(parents=True, exist_ok=True)
-        if self.remote is not None:
-            from tracebank.warehouse.mirror import init_remote
-
-            init_remote(self)
-        if not self.format_file.exists():
-            write_json_atomic(self.format_file, {"format": FORMAT_NAME, "version": FORMAT_VERSION})
-        self.check_format()
-        return self
-
-    def check_format(self) -> None:
-        """Raise WarehouseError unless this folder is a warehouse this version can read."""
-        if not self._has_format():
-            raise WarehouseError(
-                f"no warehouse at {self.location}",
-                "run `tracebank collect` first, or pass --warehouse / set TRACEBANK_WAREHOUSE",
-            )
-        try:
-            fmt = json.loads(self.format_file.read_text())
-        except (OSError, ValueError) as exc:
-            raise WarehouseError(f"unreadable {self.format_file}: {exc}") from exc
-        if fmt.get("format") != FORMAT_NAME:
-            raise WarehouseError(f"{self.location} is not a tracebank warehouse")
-        if int(fmt.get("version", 0)) > FORMAT_VERSION:
-            raise WarehouseError(
-                f"warehouse format v{fmt.get('version')} is newer than this tracebank "
-                f"(reads up to v{FORMAT_VERSION})",
-                "upgrade tracebank",
-            )
+def output_claim_key(output: Path) -> tuple[Path, str]:
+    """The folder and key of the claim that lets one run at a time write ``output``."""
+    return output.parent, f".{output.name}.claim"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 
 #: Every committed dataset version (of ``$name`` only, when given), by name then version.

@@ -16,9 +16,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 from tracebank.warehouse import catalog, schemas
-from tracebank.warehouse.commit import size_problem
 from tracebank.warehouse.errors import CorruptFileError, QueryError
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry, Manifest
 from tracebank.warehouse.storage import Storage, entry_paths
 
@@ -130,13 +129,15 @@ def _files_by_table(
 
 
 def _file_problem(folder: Path, entry: FileEntry, check: bool) -> str | None:
-    """Why a committed file cannot be read (a mirror could not fetch it; with ``check``, its
-    size is not its manifest's), or None."""
+    """Why a committed file cannot be read (it is gone, its size is not its manifest's, a
+    mirror could not fetch it), or None; without ``check`` nothing is looked at."""
+    if not check:
+        return None
     try:
         entry_paths(folder, [entry])
     except CorruptFileError as exc:
         return exc.message
-    return size_problem(folder / entry.path, entry) if check else None
+    return None
 
 
 def _damaged_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, problems: list[str]) -> None:
@@ -377,7 +378,7 @@ def run_sql(wh: Warehouse, sql: str, params: Sequence[Any] | Mapping[str, Any] |
     ``params`` fill ``?`` / ``$name`` placeholders (DuckDB binds them: values never become SQL).
     """
     ensure_read_only(sql)
-    con = connect(wh, only=tables_read(sql) if wh.remote is not None else None)
+    con = connect(wh, only=tables_read(sql))
     try:
         return con.sql(sql, params=params).to_arrow_table()
     except duckdb.InvalidInputException as exc:

@@ -1,16 +1,12 @@
 """The one owner of committed data: every read of a committed file and every commit goes here.
 
 Stages never open a committed Parquet file or write a manifest themselves (the architecture
-test enforces it); they call a :class:`Storage`. Each state change of a folder is one
-method: write a data file under its final, unique name, commit a collection, reserve and
-commit (or abandon) a dataset version, replace a silver cache, write or update a run
-record. Manifests are typed (:mod:`tracebank.warehouse.records`) and written last.
-
-Paths are built from the folder a manifest lives in plus the names it lists, and data
-files are only ever created under names no other writer can pick (a reserved version
-folder, or a random build suffix), so the same transitions map onto object storage
-(upload under a unique key, then put the manifest; conditional create where two writers
-could claim a name) without changing a caller.
+test enforces it); they call a :class:`Storage`. Each state change of a folder is one method:
+write a data file under its final, unique name, commit a collection, reserve and commit (or
+abandon) a dataset version, replace a silver cache, write or update a run record. Manifests are
+typed (:mod:`tracebank.warehouse.records`), the protocol is :mod:`tracebank.warehouse.commit`, and
+every byte goes through the warehouse's store (:mod:`tracebank.warehouse.bytestore`), so this
+code is the same for a folder and a bucket.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ import dataclasses
 import hashlib
 import io
 import json
-import shutil
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,12 +26,13 @@ from typing import Any, BinaryIO, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tracebank.warehouse import commit, mirror, schemas
+from tracebank.warehouse import commit, layout, schemas
+from tracebank.warehouse.atomic import atomic_path, json_bytes, sha256_file
+from tracebank.warehouse.bytestore import ByteStore
 from tracebank.warehouse.claims import Owner
-from tracebank.warehouse.commit import check_sizes, verify_hashes
 from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.errors import CorruptFileError, WarehouseError
-from tracebank.warehouse.layout import MANIFEST, Warehouse
+from tracebank.warehouse.location import Warehouse, store_of
 from tracebank.warehouse.records import (
     CollectionManifest,
     DatasetManifest,
@@ -58,26 +55,26 @@ __all__ = [
     "verify_hashes",
 ]
 
-RUN_RECORD = "run.json"
-RUN_METRICS = "metrics.jsonl"
+#: How often a running run's metrics go up to a remote store (each upload is the whole file).
+METRICS_PUSH_S = 5.0
+_last_push: dict[Path, float] = {}
+
+
+def parse_manifest(store: ByteStore, folder: str, kind: type[M]) -> M | None:
+    """The committed, validated manifest of the folder key ``folder``; None when never committed."""
+    key = f"{folder}/{layout.MANIFEST}"
+    where = f"{store.uri}/{key}"
+    try:
+        data = commit.read_json(store, key)
+    except ValueError as exc:
+        raise CorruptFileError(f"{where} is not valid JSON: {exc}") from exc
+    return None if data is None else kind.from_json(data, where)
 
 
 def read_manifest(folder: Path, kind: type[M]) -> M | None:
-    """The committed, validated manifest of ``folder``; None when it was never committed."""
-    path = folder / MANIFEST
-    data = _read_json(path)
-    return None if data is None else kind.from_json(data, str(path))
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise CorruptFileError(f"{path} is not valid JSON: {exc}") from exc
+    """The committed, validated manifest of the local folder ``folder``; None when never committed."""
+    store, key = store_of(folder)
+    return parse_manifest(store, key, kind)
 
 
 PROCESS_GONE = "process gone"
@@ -96,25 +93,45 @@ def settle_run(record: RunRecord) -> RunRecord:
     return dataclasses.replace(record, status="failed", error=gone)
 
 
-def _subdirs(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if p.is_dir()) if path.exists() else []
-
-
-def version_number(folder: Path) -> int:
-    """``v0003`` -> 3."""
-    return int(folder.name.lstrip("v"))
-
-
 def files_of(folder: Path, manifest: Manifest, table: str | None = None) -> list[Path]:
     """Paths of the files ``manifest`` lists (of ``table`` only, when given), in commit order."""
     return entry_paths(folder, manifest.files_of(table))
 
 
 def entry_paths(folder: Path, entries: list[FileEntry]) -> list[Path]:
-    """Local paths of committed files ``entries`` of ``folder``; in a mirror of a warehouse on
-    object storage, the ones not read on this machine before are downloaded (and checked) first."""
-    mirror.ensure_files(folder, entries)
-    return [folder / e.path for e in entries]
+    """Local paths of the committed files ``entries`` of ``folder``, each present with its
+    recorded size (a mirror downloads, and checks, the ones this machine has not read before)."""
+    store, key = store_of(folder)
+    return [store.fetch(f"{key}/{e.path}", e.bytes, e.sha256) for e in entries]
+
+
+def check_sizes(folder: Path, manifest: Manifest) -> None:
+    """Cheap integrity check: every listed file exists with the recorded size."""
+    entry_paths(folder, manifest.files)
+
+
+def verify_hashes(folder: Path, manifest: Manifest) -> None:
+    """Full integrity check: sizes, then the sha256 of every listed file."""
+    for path, entry in zip(entry_paths(folder, manifest.files), manifest.files, strict=True):
+        if sha256_file(path) != entry.sha256:
+            raise CorruptFileError(
+                f"committed file {path} does not match its sha256 in the manifest",
+                "the file was altered after commit; rebuild it",
+            )
+
+
+#: The manifest that commits each kind of folder (:func:`tracebank.warehouse.layout.commit_folder_of`).
+MANIFEST_KINDS: dict[str, type[Manifest]] = {
+    "collection": CollectionManifest,
+    "silver": SilverManifest,
+    "dataset": DatasetManifest,
+}
+
+
+def _entry(path: Path, table_name: str, rows: int | None) -> FileEntry:
+    return FileEntry(
+        table=table_name, path=path.name, bytes=path.stat().st_size, sha256=sha256_file(path), rows=rows
+    )
 
 
 def read_table(
@@ -207,34 +224,38 @@ class Storage:
     wh: Warehouse
 
     @property
-    def remote(self) -> bool:
-        """Whether the warehouse lives on object storage (``wh.root`` is then its local mirror)."""
-        return self.wh.remote is not None
+    def store(self) -> ByteStore:
+        return self.wh.store
 
     # -- reading ---------------------------------------------------------------------------
+    def _committed_under(self, parent: str, kind: type[M]) -> list[tuple[Path, M]]:
+        """The committed folders directly under the key ``parent``, by name."""
+        depth = parent.count("/") + 2
+        folders = sorted(
+            f.path.rpartition("/")[0]
+            for f in self.store.walk(parent)
+            if f.path.count("/") == depth and f.path.endswith(f"/{layout.MANIFEST}")
+        )
+        out = []
+        for folder in folders:
+            manifest = parse_manifest(self.store, folder, kind)
+            if manifest is not None:
+                out.append((self.wh.root / folder, manifest))
+        return out
+
     def collections(self) -> list[tuple[Path, CollectionManifest]]:
         """Committed collections, oldest first (ids sort by time)."""
-        if self.remote:
-            mirror.pull_folders(self.wh, self.wh.collections_dir, CollectionManifest)
-        return self._committed(_subdirs(self.wh.collections_dir), CollectionManifest)
+        return self._committed_under(layout.COLLECTIONS, CollectionManifest)
 
     def collection(self, collection_id: str) -> CollectionManifest | None:
-        folder = self.wh.collection_dir(collection_id)
-        if self.remote and not (folder / MANIFEST).exists():
-            mirror.pull_folder(self.wh, folder, CollectionManifest)
-        return read_manifest(folder, CollectionManifest)
+        return parse_manifest(self.store, layout.collection_key(collection_id), CollectionManifest)
 
     def silver_caches(self) -> list[tuple[Path, SilverManifest]]:
         """Committed silver caches, one per collection they were derived from."""
-        if self.remote:
-            mirror.pull_folders(self.wh, self.wh.silver_dir, SilverManifest)
-        return self._committed(_subdirs(self.wh.silver_dir), SilverManifest)
+        return self._committed_under(layout.SILVER, SilverManifest)
 
     def silver(self, collection_id: str) -> SilverManifest | None:
-        folder = self.wh.silver_collection_dir(collection_id)
-        if self.remote:  # a silver cache is replaced in place: ask the store every time
-            mirror.pull_folder(self.wh, folder, SilverManifest)
-        return read_manifest(folder, SilverManifest)
+        return parse_manifest(self.store, layout.silver_key(collection_id), SilverManifest)
 
     def current_silver(self, collection_id: str) -> SilverManifest | None:
         """The committed silver cache of ``collection_id`` if this code's SILVER_VERSION built it."""
@@ -243,24 +264,22 @@ class Storage:
             return None
         return manifest
 
-    def silver_batches(self, collection_id: str, table: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
-        """One table of a current silver cache, a few hundred rows at a time (memory: a batch)."""
+    def _current_silver_files(self, collection_id: str, table: str) -> list[Path]:
         manifest = self.current_silver(collection_id)
         if manifest is None:
             raise WarehouseError(f"silver cache of {collection_id} is missing or stale")
-        yield from iter_batches(
-            files_of(self.wh.silver_collection_dir(collection_id), manifest, table), columns, 256
-        )
+        return files_of(self.wh.silver_collection_dir(collection_id), manifest, table)
+
+    def silver_batches(self, collection_id: str, table: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        """One table of a current silver cache, a few hundred rows at a time (memory: a batch)."""
+        yield from iter_batches(self._current_silver_files(collection_id, table), columns, 256)
 
     def silver_table(self, collection_id: str, table: str, columns: list[str] | None = None) -> pa.Table:
         """One table of a current silver cache (see :meth:`current_silver`; the caller checked it)."""
-        manifest = self.current_silver(collection_id)
-        if manifest is None:
-            raise WarehouseError(f"silver cache of {collection_id} is missing or stale")
-        files = files_of(self.wh.silver_collection_dir(collection_id), manifest, table)
-        if not files:
-            return schemas.SILVER[table].empty_table().select(columns or schemas.SILVER[table].names)
         try:
+            files = self._current_silver_files(collection_id, table)
+            if not files:
+                return schemas.SILVER[table].empty_table().select(columns or schemas.SILVER[table].names)
             return read_table(files, columns=columns)
         except CorruptFileError as exc:  # a silver file deleted or damaged: it is a cache of bronze
             raise CorruptFileError(
@@ -269,39 +288,53 @@ class Storage:
             ) from exc
 
     def dataset_names(self) -> list[str]:
-        if self.remote:
-            return mirror.children(self.wh, self.wh.datasets_dir)
-        return [p.name for p in _subdirs(self.wh.datasets_dir)]
+        names = self.store.children(layout.DATASETS)
+        return [n for n in names if self.store.children(f"{layout.DATASETS}/{n}")]
 
     def dataset_versions(self, name: str | None = None) -> list[tuple[Path, DatasetManifest]]:
         """Committed dataset versions (of ``name``, or of every dataset), by name then version."""
         out: list[tuple[Path, DatasetManifest]] = []
         for n in [name] if name else self.dataset_names():
-            if self.remote:
-                mirror.pull_folders(self.wh, self.wh.dataset_dir(n), DatasetManifest)
-            folders = [p for p in _subdirs(self.wh.dataset_dir(n)) if p.name.startswith("v")]
-            out.extend(self._committed(folders, DatasetManifest))
+            for folder, manifest in self._committed_under(layout.dataset_key(n), DatasetManifest):
+                if layout.version_number(folder.name) is not None:
+                    out.append((folder, manifest))
         return out
+
+    def next_version(self, name: str) -> int:
+        """The next free version number of ``name`` (uncommitted folders count as taken)."""
+        return commit.next_version(self.store, layout.dataset_key(name))
+
+    def run_ids(self) -> list[str]:
+        """The ids of every run with a record, oldest first (ids sort by time)."""
+        keys = (f.path.split("/") for f in self.store.walk(layout.RUNS))
+        return [parts[1] for parts in keys if len(parts) == 3 and parts[2] == layout.RUN_RECORD]
+
+    def read_run(self, run_id: str, settle: bool = True) -> RunRecord | None:
+        """A run's record (``settle``: a running one whose process is gone shows as failed)."""
+        key = f"{layout.run_key(run_id)}/{layout.RUN_RECORD}"
+        try:
+            data = commit.read_json(self.store, key)
+        except ValueError as exc:
+            raise CorruptFileError(f"{self.store.uri}/{key} is not valid JSON: {exc}") from exc
+        if data is None:
+            return None
+        record = RunRecord.from_json(data, f"{self.store.uri}/{key}")
+        return settle_run(record) if settle else record
 
     def runs(self) -> list[tuple[Path, RunRecord]]:
         """Every run record, oldest first; a run is visible from its start."""
-        if self.remote:
-            mirror.pull_runs(self.wh)
         out = []
-        for folder in _subdirs(self.wh.runs_dir):
-            path = folder / RUN_RECORD
-            data = _read_json(path)
-            if data is not None:
-                out.append((folder, settle_run(RunRecord.from_json(data, str(path)))))
+        for run_id in self.run_ids():
+            record = self.read_run(run_id)
+            if record is not None:
+                out.append((self.wh.run_dir(run_id), record))
         return out
 
     def run_metrics(self, folder: Path) -> list[dict[str, Any]]:
         """A run's metric events; a line being appended right now is skipped."""
-        path = folder / RUN_METRICS
-        if not path.exists():
-            return []
+        data = self.store.get(f"{self.wh.key(folder)}/{layout.RUN_METRICS}")
         events = []
-        for line in path.read_text().splitlines():
+        for line in (data or b"").decode("utf-8", "replace").splitlines():
             try:
                 event = json.loads(line)
             except ValueError:
@@ -310,81 +343,77 @@ class Storage:
                 events.append(event)
         return events
 
-    @staticmethod
-    def _committed(folders: list[Path], kind: type[M]) -> list[tuple[Path, M]]:
-        out = []
-        for folder in folders:
-            manifest = read_manifest(folder, kind)
-            if manifest is not None:
-                out.append((folder, manifest))
-        return out
-
     # -- writing data files ----------------------------------------------------------------
     def write_table(
         self, folder: Path, name: str, table: pa.Table, table_name: str, **options: Any
     ) -> FileEntry:
         """Write ``table`` as ``folder/name`` (not yet visible: no manifest lists it)."""
-        entry = commit.write_parquet_atomic(folder / name, table, **options)
-        return FileEntry(table=table_name, **entry)
+        options.setdefault("compression", "zstd")
+        options.setdefault("write_page_checksum", True)  # CRCs that the readers verify
+        path = self.wh.path(f"{self.wh.key(folder)}/{name}")
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp, **options)
+        return _entry(path, table_name, table.num_rows)
 
     def write_buffer(self, folder: Path, name: str, data: Any, rows: int, table_name: str) -> FileEntry:
         """Write Parquet bytes already in memory as ``folder/name``, hashed from memory."""
-        entry = commit.write_buffer_atomic(folder / name, data, rows=rows)
-        return FileEntry(table=table_name, **entry)
+        view = memoryview(data)
+        with atomic_path(self.wh.path(f"{self.wh.key(folder)}/{name}")) as tmp, open(tmp, "wb") as fh:
+            fh.write(view)
+        sha = hashlib.sha256(view).hexdigest()
+        return FileEntry(table=table_name, path=name, bytes=view.nbytes, sha256=sha, rows=rows)
+
+    @contextlib.contextmanager
+    def parquet_stream(
+        self, folder: Path, name: str, table_name: str, schema: pa.Schema, **options: Any
+    ) -> Iterator[ParquetStream]:
+        """Write ``folder/name`` a table at a time (not yet visible: no manifest lists it).
+
+        The file is hashed as it is written and renamed into place when the block
+        ends without an error; ``stream.entry`` is then its manifest entry.
+        """
+        with atomic_path(self.wh.path(f"{self.wh.key(folder)}/{name}")) as tmp, open(tmp, "wb") as fh:
+            sink = _HashingFile(fh)
+            stream = ParquetStream(pq.ParquetWriter(sink, schema, **options), table_name)
+            try:
+                yield stream
+            finally:
+                stream.writer.close()
+        stream.entry = FileEntry(
+            table=table_name, path=name, bytes=sink.size, sha256=sink.sha.hexdigest(), rows=stream.rows
+        )
 
     # -- transitions -----------------------------------------------------------------------
     def commit_collection(self, folder: Path, manifest: CollectionManifest) -> Path:
-        """Make a collection visible: its manifest, written last."""
-        return self._commit(folder, manifest)
+        """Make a collection visible: its manifest, written last (a second commit of it fails)."""
+        commit.commit_folder(self.store, self.wh.key(folder), manifest, exclusive=True)
+        return folder / layout.MANIFEST
 
     def retire_collection(self, folder: Path) -> None:
         """Make a collection invisible (its manifest goes); its files, and its silver cache, stay
         for readers that planned against them until `tracebank gc` removes them."""
-        if self.remote:
-            mirror.retire(self.wh, folder)
-        (folder / MANIFEST).unlink(missing_ok=True)
-        commit.fsync_dir(folder)
+        commit.retire(self.store, self.wh.key(folder))
 
     def reserve_version(self, name: str) -> tuple[int, Path]:
         """Claim the next free version folder of ``name`` (a concurrent writer gets another)."""
-        self.wh.dataset_dir(name).mkdir(parents=True, exist_ok=True)
-        if self.remote:
-            first = self.next_version(name)
-            version = mirror.reserve_version(self.wh, name, first, Owner.current(f"transform {name}"))
-            folder = self.wh.version_dir(name, version)
-            mirror.clear_local(folder)  # a number the store gave us: anything here is a crashed writer's
-            folder.mkdir()
-            return version, folder
-        while True:
-            version = self.next_version(name)
-            folder = self.wh.version_dir(name, version)
-            try:
-                folder.mkdir()
-            except FileExistsError:
-                continue
-            return version, folder
-
-    def next_version(self, name: str) -> int:
-        """The next free version number of ``name`` (uncommitted folders count as taken)."""
-        folders = [p.name for p in _subdirs(self.wh.dataset_dir(name))]
-        if self.remote:
-            folders += mirror.children(self.wh, self.wh.dataset_dir(name))
-        taken = [int(f[1:]) for f in folders if f.startswith("v") and f[1:].isdigit()]
-        return max(taken, default=0) + 1
+        owner = Owner.current(f"transform {name}")
+        version = commit.reserve_version(self.store, layout.dataset_key(name), owner)
+        folder = self.wh.version_dir(name, version)
+        folder.mkdir(parents=True, exist_ok=True)
+        return version, folder
 
     def commit_version(self, folder: Path, manifest: DatasetManifest) -> Path:
         """Make a reserved dataset version visible (immutable from now on)."""
-        if version_number(folder) != manifest.version or folder.parent.name != manifest.name:
+        if layout.version_number(folder.name) != manifest.version or folder.parent.name != manifest.name:
             raise WarehouseError(
                 f"manifest of {manifest.name}@v{manifest.version} does not belong in {folder}"
             )
-        return self._commit(folder, manifest)
+        commit.commit_folder(self.store, self.wh.key(folder), manifest, exclusive=True)
+        return folder / layout.MANIFEST
 
     def abandon_version(self, folder: Path) -> None:
         """Drop a reserved version that failed before its commit."""
-        if self.remote:
-            mirror.release_version(self.wh, folder)
-        shutil.rmtree(folder, ignore_errors=True)
+        commit.release_version(self.store, self.wh.key(folder))
 
     def replace_silver(
         self,
@@ -423,62 +452,44 @@ class Storage:
                         )
                     streams[name].write(table, (row_groups or {}).get(name))
         manifest: SilverManifest = make([s.entry for s in streams.values()])
-        self._commit(folder, manifest)
+        commit.commit_folder(self.store, self.wh.key(folder), manifest, exclusive=False)
         return manifest
 
-    @contextlib.contextmanager
-    def parquet_stream(
-        self, folder: Path, name: str, table_name: str, schema: pa.Schema, **options: Any
-    ) -> Iterator[ParquetStream]:
-        """Write ``folder/name`` a table at a time (not yet visible: no manifest lists it).
-
-        The file is hashed as it is written and renamed into place when the block
-        ends without an error; ``stream.entry`` is then its manifest entry.
-        """
-        with commit.atomic_path(folder / name) as tmp, open(tmp, "wb") as fh:
-            sink = _HashingFile(fh)
-            stream = ParquetStream(pq.ParquetWriter(sink, schema, **options), table_name)
-            try:
-                yield stream
-            finally:
-                stream.writer.close()
-        stream.entry = FileEntry(
-            table=table_name, path=name, bytes=sink.size, sha256=sink.sha.hexdigest(), rows=stream.rows
-        )
-
     def start_run(self, record: RunRecord) -> Path:
-        """Create a run's folder (its id must be new), its record and an empty metrics file."""
-        folder = self.wh.run_dir(record.run_id)
-        folder.mkdir(parents=True, exist_ok=False)
-        (folder / RUN_METRICS).touch()
-        self.write_run(record)
-        return folder
+        """Create a run's record (its id must be new) and an empty metrics file."""
+        key = layout.run_key(record.run_id)
+        if not self.store.create_exclusive(f"{key}/{layout.RUN_RECORD}", _record_bytes(record)):
+            raise WarehouseError(f"run {record.run_id} already exists in {self.wh.location}")
+        self.store.put(f"{key}/{layout.RUN_METRICS}", b"")
+        return self.wh.root / key
 
     def write_run(self, record: RunRecord) -> None:
-        """Replace a run's record atomically: readers see the previous or the next state."""
-        folder = self.wh.run_dir(record.run_id)
-        commit.write_json_atomic(folder / RUN_RECORD, record.to_json())
-        if self.remote:  # metrics first, so a finished record never points at fewer metrics
-            mirror.push_file(self.wh, folder / RUN_METRICS)
-            mirror.push_file(self.wh, folder / RUN_RECORD)
+        """Replace a run's record whole: readers see the previous or the next state."""
+        key = layout.run_key(record.run_id)
+        if self.wh.path(f"{key}/{layout.RUN_METRICS}").is_file():
+            self.store.publish(f"{key}/{layout.RUN_METRICS}")  # so a record never points at fewer metrics
+        self.store.put(f"{key}/{layout.RUN_RECORD}", _record_bytes(record))
 
     def append_metric(self, run_id: str, event: dict[str, Any]) -> None:
-        """Append one metric event (a line) to a run's metrics.jsonl."""
-        path = self.wh.run_dir(run_id) / RUN_METRICS
+        """Append one metric event (a line) to a run's metrics.jsonl (published every few seconds)."""
+        key = f"{layout.run_key(run_id)}/{layout.RUN_METRICS}"
+        path = self.wh.path(key)
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(event, sort_keys=True) + "\n")
             fh.flush()
-        if self.remote and mirror.push_due(path):
-            mirror.push_file(self.wh, path)
+        if _push_due(path):
+            self.store.publish(key)
 
-    def _commit(self, folder: Path, manifest: Manifest) -> Path:
-        for entry in manifest.files:
-            if not (folder / entry.path).exists():
-                raise WarehouseError(f"refusing to commit {folder}: {entry.path} is missing")
-        path = folder / MANIFEST
-        payload = commit.json_bytes({**manifest.to_json(), "format_version": manifest.FORMAT_VERSION})
-        if self.remote:  # the store first: the mirror never shows what the store does not hold
-            exclusive = not isinstance(manifest, SilverManifest)
-            mirror.push_commit(self.wh, folder, payload, [e.path for e in manifest.files], exclusive)
-        commit.write_bytes_atomic(path, payload)
-        return path
+
+def _record_bytes(record: RunRecord) -> bytes:
+    return json_bytes(record.to_json())
+
+
+def _push_due(path: Path) -> bool:
+    """Whether ``path`` was last published over METRICS_PUSH_S ago (the run record's updates
+    publish it too, so nothing is left behind when a run ends)."""
+    now = time.monotonic()
+    if now - _last_push.get(path, 0.0) < METRICS_PUSH_S:
+        return False
+    _last_push[path] = now
+    return True

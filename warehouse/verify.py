@@ -1,26 +1,22 @@
 """`tracebank verify`: check every committed file against its manifest, like `git fsck`.
 
-Each file a committed manifest lists must exist with the recorded size and sha256. A manifest
-that is not valid JSON or not of a manifest's shape, and a run record that is not valid JSON,
-are damage too. Reported: every damaged path with what is wrong; nothing is changed.
+Written once over the warehouse's store keys, so a folder and a bucket are checked alike: each
+file a committed manifest lists must exist with the recorded size and sha256 (hashed as a
+stream, a chunk at a time, from the store itself). A manifest that is not valid JSON or not of a
+manifest's shape, and a run record that is not valid JSON, are damage too. Reported: every
+damaged path (or object URI) with what is wrong; nothing is changed.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from tracebank.warehouse.commit import sha256_file
+from tracebank.warehouse import layout
+from tracebank.warehouse.bytestore import ByteStore
 from tracebank.warehouse.errors import CorruptFileError
-from tracebank.warehouse.gc import commit_folders
-from tracebank.warehouse.layout import MANIFEST, Warehouse
-from tracebank.warehouse.records import (
-    FileEntry,
-    RunRecord,
-    SilverManifest,
-)
-from tracebank.warehouse.storage import read_manifest
+from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.records import FileEntry, Manifest
+from tracebank.warehouse.storage import MANIFEST_KINDS, Storage, parse_manifest
 
 
 @dataclass
@@ -41,87 +37,67 @@ class VerifyReport:
         return f"verify: {self.files} files in {self.commits} commits checked; {state}"
 
 
-def _file_problem(path: Path, entry: FileEntry) -> str | None:
-    if not path.is_file():
+def _file_problem(store: ByteStore, key: str, entry: FileEntry, sizes: dict[str, int]) -> str | None:
+    size = sizes.get(key)
+    if size is None:
         return "missing"
-    size = path.stat().st_size
     if size != entry.bytes:
         return f"{size} bytes, manifest says {entry.bytes}"
-    if sha256_file(path) != entry.sha256:
+    if store.sha256(key) != entry.sha256:
         return "content differs from its sha256 in the manifest"
     return None
+
+
+def _check_commit(
+    store: ByteStore, folder: str, manifest: Manifest, sizes: dict[str, int], report: VerifyReport
+) -> None:
+    report.commits += 1
+    for entry in manifest.files:
+        report.files += 1
+        key = f"{folder}/{entry.path}"
+        problem = _file_problem(store, key, entry, sizes)
+        if problem is not None:
+            report.damaged.append((f"{store.uri}/{key}", problem))
+
+
+def _check_runs(wh: Warehouse, report: VerifyReport) -> None:
+    storage = Storage(wh)
+    for run_id in storage.run_ids():
+        where = f"{wh.store.uri}/{layout.run_key(run_id)}/{layout.RUN_RECORD}"
+        try:
+            storage.read_run(run_id, settle=False)
+        except CorruptFileError as exc:
+            report.damaged.append((where, exc.message.removeprefix(f"{where} ")))
 
 
 def verify(wh: Warehouse) -> VerifyReport:
     """Check every committed file of ``wh`` (see the module docstring)."""
     wh.check_format()
     report = VerifyReport()
-    if wh.remote is not None:
-        verify_store(wh, report)
+    store = wh.store
+    listing = store.walk("")
+    sizes = {f.path: f.size for f in listing}
     collections: set[str] = set()
-    for folder, kind in commit_folders(wh):
+    silver: list[str] = []
+    for f in listing:
+        folder = layout.commit_folder_of(f.path)
+        if folder is None or not layout.is_manifest_of(f.path, folder):
+            continue
         try:
-            manifest = read_manifest(folder, kind)
+            manifest = parse_manifest(store, folder.key, MANIFEST_KINDS[folder.kind])
         except CorruptFileError as exc:
-            path = folder / MANIFEST
-            report.damaged.append((str(path), exc.message.removeprefix(f"{path} ")))
+            where = f"{store.uri}/{f.path}"
+            report.damaged.append((where, exc.message.removeprefix(f"{where} ")))
             continue
         if manifest is None:
-            continue  # never committed: not data (gc removes it)
-        if wh.remote is None:  # a mirror's folders were counted in the store
-            report.commits += 1
-        if folder.parent == wh.collections_dir:
-            collections.add(folder.name)
-        for entry in manifest.files:
-            if wh.remote is None:
-                report.files += 1
-            elif not (folder / entry.path).exists():
-                continue  # a mirror holds only the files its machine has read
-            problem = _file_problem(folder / entry.path, entry)
-            if problem is not None:
-                report.damaged.append((str(folder / entry.path), problem))
-    for folder in sorted(p for p in wh.silver_dir.iterdir() if p.is_dir()) if wh.silver_dir.exists() else ():
-        if folder.name not in collections and _readable(folder):
-            report.notes.append(f"silver/{folder.name} belongs to no committed collection (never shown)")
-    for run_json in sorted(wh.runs_dir.glob("*/run.json")) if wh.runs_dir.exists() else ():
-        try:
-            RunRecord.from_json(json.loads(run_json.read_text()), str(run_json))
-        except ValueError as exc:
-            report.damaged.append((str(run_json), f"is not valid JSON: {exc}"))
-        except CorruptFileError as exc:
-            report.damaged.append((str(run_json), exc.message.removeprefix(f"{run_json} ")))
+            continue  # deleted since the listing
+        _check_commit(store, folder.key, manifest, sizes, report)
+        name = folder.key.partition("/")[2]
+        if folder.kind == "collection":
+            collections.add(name)
+        elif folder.kind == "silver":
+            silver.append(name)
+    for name in sorted(set(silver) - collections):
+        report.notes.append(f"silver/{name} belongs to no committed collection (never shown)")
+    _check_runs(wh, report)
     return report
-
-
-def _readable(silver_folder: Path) -> bool:
-    try:
-        return read_manifest(silver_folder, SilverManifest) is not None
-    except CorruptFileError:
-        return False
-
-
-def verify_store(wh: Warehouse, report: VerifyReport) -> None:
-    """Check that every object a committed manifest on the store lists is there, with its
-    size (contents are checked against the sha256 when a mirror downloads them)."""
-    from tracebank.warehouse.mirror import commit_folder, remote_errors
-
-    with remote_errors(wh.remote):
-        sizes = {f.path: f.size for f in wh.remote.walk("")}
-        for key in sorted(k for k in sizes if k.endswith(f"/{MANIFEST}")):
-            found = commit_folder(key)
-            if found is None or f"{found[0]}/{MANIFEST}" != key:
-                continue
-            folder, kind = found
-            uri = f"{wh.remote.uri}/{key}"
-            try:
-                manifest = kind.from_json(json.loads(wh.remote.get(key) or b"null"), uri)
-            except (ValueError, CorruptFileError) as exc:
-                report.damaged.append((uri, str(exc).removeprefix(f"{uri} ")))
-                continue
-            report.commits += 1
-            for entry in manifest.files:
-                report.files += 1
-                size = sizes.get(f"{folder}/{entry.path}")
-                if size is None or size != entry.bytes:
-                    problem = "missing" if size is None else f"{size} bytes, manifest says {entry.bytes}"
-                    report.damaged.append((f"{wh.remote.uri}/{folder}/{entry.path}", problem))

@@ -178,3 +178,138 @@ def test_data_io_outside_the_warehouse_is_detected(tmp_path):
         "names 'manifest.json'",
     ]
     assert _data_io(ROOT / "warehouse" / "storage.py") != []  # the owner itself would be caught
+
+
+# -- no import circles anywhere; layers inside warehouse/ -------------------------------------------
+#: warehouse/'s modules, lowest layer first: a module imports only modules of lower layers.
+WAREHOUSE_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "contract", "memory", "arrowutil", "schemas"),
+    ("records", "layout", "bronze"),
+    ("atomic",),
+    ("bytestore",),
+    ("s3store", "mirror"),
+    ("location",),
+    ("claims",),
+    ("commit",),
+    ("storage",),
+    ("catalog", "gc", "verify"),
+    ("query",),
+    ("listings",),
+    ("__init__",),
+)
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] != "tracebank":
+        parts = ["tracebank", *parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(files: list[Path], root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the tracebank modules it imports (anywhere in it, inside functions too). A
+    package's own ``__init__`` that Python runs on the way to a submodule is not an edge."""
+    names = {_module_name(p, root): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & names.keys()
+                plain = [a for a in node.names if f"{node.module}.{a.name}" not in names]
+                edges |= subs | ({node.module} if plain and node.module in names else set())
+        graph[name] = edges - {name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _all_code() -> list[Path]:
+    return sorted(p for folder in (*FOLDERS.values(), "tracebank") for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_no_package_has_an_import_circle():
+    assert circles(import_graph(_all_code())) == []
+
+
+def layer_violations(
+    graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...], prefix: str
+) -> list[str]:
+    """Imports inside ``prefix`` that do not go strictly down ``layers`` (or name no layer)."""
+    level = {
+        f"{prefix}.{m}" if m != "__init__" else prefix: i for i, names in enumerate(layers) for m in names
+    }
+    bad = []
+    for module, edges in sorted(graph.items()):
+        if not (module == prefix or module.startswith(f"{prefix}.")):
+            continue
+        if module not in level:
+            bad.append(f"{module} is in no layer")
+            continue
+        bad += [
+            f"{module} imports {dep} (layer {level[dep]} is not below {level[module]})"
+            for dep in sorted(edges)
+            if dep in level and level[dep] >= level[module]
+        ]
+    return bad
+
+
+def test_warehouse_modules_import_only_lower_layers():
+    graph = import_graph(sorted((ROOT / "warehouse").rglob("*.py")))
+    assert layer_violations(graph, WAREHOUSE_LAYERS, "tracebank.warehouse") == []
+
+
+def test_the_circle_and_layer_checks_can_fail(tmp_path):
+    """The checks themselves can fail: an import inside a function that closes a circle, and an
+    import up the layers, are caught."""
+    pkg = tmp_path / "warehouse"
+    pkg.mkdir()
+    (pkg / "low.py").write_text("def f():\n    from tracebank.warehouse import high\n")
+    (pkg / "high.py").write_text("from tracebank.warehouse.low import f\n")
+    graph = import_graph(sorted(pkg.glob("*.py")), root=tmp_path)
+    assert circles(graph) == [["tracebank.warehouse.high", "tracebank.warehouse.low"]]
+    layers = (("low",), ("high",))
+    assert layer_violations(graph, layers, "tracebank.warehouse") == [
+        "tracebank.warehouse.low imports tracebank.warehouse.high (layer 1 is not below 0)"
+    ]
+
+
+def test_progress_events_are_a_neutral_module():
+    """Every layer may import tracebank.events, so it imports no tracebank package itself."""
+    assert [mod for mod, _ in _imports(ROOT / "tracebank" / "events.py") if mod.startswith("tracebank")] == []

@@ -180,13 +180,13 @@ def test_credentials_are_never_written_into_the_store(filled_store, s3_bucket, m
 
 KILL_AT_MANIFEST = """
 import os, signal, sys
-from tracebank.warehouse import objectstore
-real = objectstore.S3Store.create_exclusive
+from tracebank.warehouse import s3store
+real = s3store.S3Store.create_exclusive
 def create_exclusive(self, path, data):
     if path.endswith("/manifest.json"):
         os.kill(os.getpid(), signal.SIGKILL)  # every data file is up; the manifest never gets there
     return real(self, path, data)
-objectstore.S3Store.create_exclusive = create_exclusive
+s3store.S3Store.create_exclusive = create_exclusive
 from tracebank.cli.main import main
 sys.argv = ["tracebank", *sys.argv[1:]]
 main()

@@ -6,7 +6,7 @@ import io
 import itertools
 import re
 
-from tracebank.warehouse import events as ev
+from tracebank import events as ev
 
 from tracebank.cli.progress import Progress
 

@@ -15,7 +15,7 @@ from tracebank.collect.agl1_hook import spool_entry, write_entry
 from tracebank.collect.agl1_spool import spool_files
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.silver import build_silver
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.agl1_server import SCENARIOS, model_request, play_scenario
@@ -104,7 +104,7 @@ import sys
 from pathlib import Path
 from tracebank.collect.agl1_collect import collect_spool
 from tracebank.collect.config import CollectConfig
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 print("start", flush=True)
 collect_spool(Path(sys.argv[1]), Warehouse(Path(sys.argv[2])), CollectConfig())
 """

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tracebank.collect import CollectConfig, collect
 from tracebank.warehouse import catalog
 from tracebank.warehouse.bronze import span_dict_from_row
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 
 from tests.cli_args import cli_args

@@ -81,7 +81,7 @@ def test_duplicates_from_an_older_warehouse_are_reported_and_repaired(store_url,
     import shutil
 
     from click.testing import CliRunner
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
 
     from tracebank.cli.main import cli
 

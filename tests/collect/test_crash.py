@@ -10,7 +10,8 @@ import time
 import pytest
 from click.testing import CliRunner
 from tracebank.warehouse import catalog
-from tracebank.warehouse.layout import MANIFEST, Warehouse
+from tracebank.warehouse.layout import MANIFEST
+from tracebank.warehouse.location import Warehouse
 
 from tests.collect.helpers import fill_url, run_cli, start_cli, wait_for
 from tracebank.cli.main import cli

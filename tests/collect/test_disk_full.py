@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 from tracebank.warehouse import catalog
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.collect.helpers import fill_url
 from tracebank.cli.main import cli

@@ -10,7 +10,7 @@ from tracebank.collect import build_silver
 from tracebank.collect.errors import UnknownCollectionError
 from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.gc import gc
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import Storage
 
 from tests.cli_args import cli_args

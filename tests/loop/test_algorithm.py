@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 from tracebank.loop import DemoConfig, LoopUsageError
 from tracebank.loop.demo import run_demo
-from tracebank.warehouse.events import Event, IterationStarted, MetricLogged, Trained
-from tracebank.warehouse.layout import Warehouse
+from tracebank.events import Event, IterationStarted, MetricLogged, Trained
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 
 ROLLOUTS = 4

@@ -8,7 +8,7 @@ import re
 import pytest
 from click.testing import CliRunner
 from tracebank.serve.process import free_port
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 
 from tests.cli_args import cli_args

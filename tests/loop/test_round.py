@@ -19,8 +19,8 @@ from tracebank.loop import LocalRunners, RoundConfig, RoundTimeoutError, ServerC
 from tracebank.loop.config import train_template
 from tracebank.loop.toy_agent import LOG_ENV, make_tasks, read_log, toy_agent
 from tracebank.transform.config import TransformConfig
-from tracebank.warehouse.events import Event, RolloutProgress, ServerReady
-from tracebank.warehouse.layout import Warehouse
+from tracebank.events import Event, RolloutProgress, ServerReady
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 
 N_TASKS = 6

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from tracebank.loop import DemoConfig
 from tracebank.loop.demo import run_demo
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 
 from tests.collect.helpers import stored_span_rows

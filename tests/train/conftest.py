@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.fixtures.datasets import QA_PAIRS, load_tokenizer, qa_rows, write_dataset
 

@@ -9,7 +9,7 @@ import sys
 import textwrap
 import time
 
-from tracebank.train.backends import linear_module_names, target_modules
+from tracebank.train.backends.targets import linear_module_names, target_modules
 from tracebank.train.recipe import is_loaded_in_4bit
 
 

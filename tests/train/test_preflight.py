@@ -7,7 +7,7 @@ from tracebank.train import preflight
 from tracebank.train.config import TrainConfig
 from tracebank.train.dataset import open_version, scan_split
 from tracebank.train.errors import TrainError
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from tracebank.train import TrainConfig, train
 from tracebank.warehouse import catalog
-from tracebank.warehouse.events import Event, MetricLogged
+from tracebank.events import Event, MetricLogged
 from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.datasets import QA_PAIRS, SYSTEM, chat_row, write_dataset
@@ -144,7 +144,7 @@ def test_same_version_same_seed_same_losses(qa_wh, merged_run, lora_run):
 def test_prompt_tokens_carry_no_loss(tmp_path, tiny_model, tokenizer):
     """The first logged loss equals the cross-entropy over response tokens only, not over the whole row."""
     import torch
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
     from transformers import AutoModelForCausalLM
 
     wh = Warehouse(tmp_path / "wh").init()
@@ -200,7 +200,7 @@ def test_truncate_trains_on_cut_rows_and_drops_rows_left_without_answer(qa_wh, t
 def test_trains_on_a_version_built_by_the_transform_stage(tmp_path, tiny_model, tokenizer):
     """Spans -> collection -> transform -> train: the fixture's rows are what transform builds."""
     import pyarrow.parquet as pq
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
 
     from tests.fixtures.datasets import qa_rows, transform_dataset
 

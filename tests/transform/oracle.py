@@ -262,7 +262,7 @@ def scenario(seed: int = 0, n_random: int = 30) -> Scenario:
 
 def scenario_warehouse(root: Any, seed: int, n_random: int) -> Any:
     """A new warehouse under ``root`` holding ``scenario(seed, n_random)`` as collection ``c1``."""
-    from tracebank.warehouse.layout import Warehouse
+    from tracebank.warehouse.location import Warehouse
 
     from tests.fixtures.bronze import commit_collection
 

@@ -7,9 +7,9 @@ import pytest
 from tracebank.transform import TransformConfig, transform
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.warehouse import catalog, schemas
-from tracebank.warehouse.commit import verify_hashes
+from tracebank.warehouse.storage import verify_hashes
 from tracebank.warehouse.errors import NotFoundError
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 
 from tests.transform.oracle import scenario_warehouse

@@ -8,7 +8,7 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 from tracebank.transform import TransformConfig, transform
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import Call, call_spans, random_rollout_spans, reward_span

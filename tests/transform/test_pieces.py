@@ -18,7 +18,7 @@ from tracebank.transform import TransformConfig, transform, writer
 from tracebank.transform.rows import CallTokens
 from tracebank.transform.spill import TokenSpill
 from tracebank.warehouse import schemas
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 from tests.transform.oracle import scenario

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from tracebank.transform import TransformConfig, ray_engine, run_transform, transform, writer
 from tracebank.transform.errors import TransformUsageError
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import Storage, verify_hashes
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts

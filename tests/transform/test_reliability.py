@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 from tracebank.collect import build_silver
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.fixtures.bronze import commit_collection
 from tests.transform.oracle import scenario

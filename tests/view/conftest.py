@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from tracebank.train.tiny_model import build_tiny_model
 from tracebank.transform import TransformConfig, transform
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.datasets import SYSTEM, load_tokenizer, transform_dataset

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from tracebank.loop import DemoConfig
 from tracebank.loop.demo import run_demo
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.view.browser import chromium, ensure_chromium, full_page_screenshot, wait_rendered
 from tracebank.cli.main import cli

@@ -1,4 +1,5 @@
-"""Exclusive claims: one holder at a time, dead holders broken, live and remote ones respected."""
+"""Exclusive claims over any byte store: one holder at a time, dead holders broken, live and
+other hosts' ones respected. The same tests run on a folder and on a real S3 server (moto)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import sys
 import threading
 import time
 
-from tracebank.warehouse.claims import Owner, claimed, read_claim, release, try_claim
+import pytest
+from tracebank.warehouse.bytestore import LocalStore
+from tracebank.warehouse.claims import Claim, Owner, claimed, output_claim, release, try_claim
+from tracebank.warehouse.s3store import S3Store
 
 
 def _dead_pid() -> int:
@@ -18,60 +22,96 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_a_claim_is_exclusive_until_released(tmp_path):
-    path = tmp_path / "x.claim"
+@pytest.fixture(params=["local", "s3"])
+def claim(request, tmp_path) -> Claim:
+    if request.param == "local":
+        return Claim(LocalStore(tmp_path / "wh"), "claims/x")
+    return Claim(S3Store(request.getfixturevalue("s3_bucket"), "wh"), "claims/x")
+
+
+def _holder_record(claim: Claim) -> dict:
+    gens = [f.path for f in claim.store.walk(claim.key) if "." not in f.path.rpartition("/")[2]]
+    return json.loads(claim.store.get(max(gens)))
+
+
+def test_a_claim_is_exclusive_until_released(claim):
     me = Owner.current("first")
-    assert try_claim(path, me) is None
-    holder = try_claim(path, Owner.current("second"))
+    assert try_claim(claim, me) is None
+    holder = try_claim(claim, Owner.current("second"))
     assert holder is not None and holder.what == "first" and holder.alive() is True
-    release(path, me)
-    assert not path.exists()
-    assert try_claim(path, Owner.current("second")) is None
+    release(claim, me)
+    assert claim.holder() is None
+    assert try_claim(claim, Owner.current("second")) is None
+    assert _holder_record(claim)["what"] == "second"
 
 
-def test_a_claim_whose_process_is_gone_is_broken(tmp_path):
-    path = tmp_path / "x.claim"
+def test_a_claim_whose_process_is_gone_is_broken(claim):
     dead = Owner(_dead_pid(), Owner.current().host, "1", "killed collect")
-    assert try_claim(path, dead) is None
-    assert dead.alive() is False
-    assert try_claim(path, Owner.current("next")) is None
-    held = read_claim(path)
-    assert held is not None and held[0].what == "next"
+    assert try_claim(claim, dead) is None
+    assert dead.alive() is False and claim.holder() is None
+    assert try_claim(claim, Owner.current("next")) is None
+    assert _holder_record(claim)["what"] == "next"
 
 
-def test_a_reused_pid_does_not_keep_a_claim(tmp_path):
+def test_a_reused_pid_does_not_keep_a_claim():
     me = Owner.current()
     assert Owner(me.pid, me.host, "not-my-start-time").alive() is False
 
 
-def test_a_claim_of_another_host_is_respected(tmp_path):
-    path = tmp_path / "x.claim"
+def test_a_claim_of_another_host_is_respected(claim):
     remote = Owner(1, "some-other-host", "1", "collect elsewhere")
-    assert try_claim(path, remote) is None
-    holder = try_claim(path, Owner.current())
+    assert try_claim(claim, remote) is None
+    holder = try_claim(claim, Owner.current())
     assert holder is not None and holder.host == "some-other-host" and holder.alive() is None
 
 
-def test_a_waiting_claimer_says_whom_it_waits_for_once(tmp_path):
-    path = tmp_path / "x.claim"
-    first = Owner(Owner.current().pid, Owner.current().host, Owner.current().start, "first")
-    assert try_claim(path, first) is None
+def test_an_unreadable_generation_is_not_a_holder(tmp_path):
+    store = LocalStore(tmp_path / "wh")
+    claim = Claim(store, "claims/x")
+    store.put("claims/x/0000000001", b"{not json")
+    assert claim.holder() is None
+    assert try_claim(claim, Owner.current("next")) is None
+    assert _holder_record(claim)["what"] == "next"
+
+
+def test_a_waiting_claimer_says_whom_it_waits_for_once(claim):
+    first = Owner(Owner.current().pid, "this-host-as-first", None, "first")
+    assert try_claim(claim, first) is None
     told = []
-    threading.Timer(0.8, release, (path, first)).start()
+    threading.Timer(0.8, release, (claim, first)).start()
     t0 = time.monotonic()
-    with claimed(path, Owner.current("second"), wait=True, on_wait=told.append):
-        assert json.loads(path.read_text())["what"] == "second"
+    with claimed(claim, Owner.current("second"), wait=True, on_wait=told.append):
+        assert _holder_record(claim)["what"] == "second"
     assert time.monotonic() - t0 >= 0.7
     assert [o.what for o in told] == ["first"]
-    assert not path.exists()
+    assert claim.holder() is None
 
 
-def _race(path: str, start: float, results) -> None:
+def test_clear_if_free_leaves_a_held_claim_and_removes_a_free_one(tmp_path):
+    claim = Claim(LocalStore(tmp_path / "wh"), "claims/x")
+    me = Owner.current("holder")
+    assert try_claim(claim, me) is None
+    assert claim.clear_if_free(older_than=0.0) == []
+    release(claim, me)
+    assert sorted(claim.clear_if_free(older_than=0.0)) == [
+        "claims/x/0000000001",
+        "claims/x/0000000001.released",
+    ]
+    assert not (tmp_path / "wh" / "claims" / "x").exists()
+
+
+def test_an_output_claim_lives_beside_the_output(tmp_path):
+    claim = output_claim(tmp_path / "models" / "m1")
+    assert try_claim(claim, Owner.current("train")) is None
+    assert (tmp_path / "models" / ".m1.claim" / "0000000001").is_file()
+
+
+def _race(root: str, start: float, results) -> None:
     from pathlib import Path
 
     while time.time() < start:
         time.sleep(0.001)
-    won = try_claim(Path(path), Owner.current("racer")) is None
+    won = try_claim(Claim(LocalStore(Path(root)), "claims/x"), Owner.current("racer")) is None
     results.put(won)
     time.sleep(0.5)  # hold it while the others try
 
@@ -80,7 +120,7 @@ def test_only_one_of_many_racing_processes_wins(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     start = time.time() + 1.5
-    procs = [ctx.Process(target=_race, args=(str(tmp_path / "x.claim"), start, results)) for _ in range(6)]
+    procs = [ctx.Process(target=_race, args=(str(tmp_path / "wh"), start, results)) for _ in range(6)]
     for p in procs:
         p.start()
     wins = [results.get(timeout=60) for _ in procs]

@@ -8,9 +8,10 @@ import textwrap
 import pyarrow as pa
 import pytest
 from tracebank.warehouse import catalog
-from tracebank.warehouse.commit import TMP_MARK, verify_hashes
+from tracebank.warehouse.layout import TMP_MARK
+from tracebank.warehouse.storage import verify_hashes
 from tracebank.warehouse.errors import CorruptFileError, WarehouseError
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, FileEntry
 from tracebank.warehouse.storage import Storage, read_manifest
 
@@ -86,7 +87,7 @@ def test_writer_killed_mid_write_leaves_only_temp_files(wh, tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, pyarrow as pa, pyarrow.parquet as pq
         from pathlib import Path
-        from tracebank.warehouse.commit import atomic_path
+        from tracebank.warehouse.atomic import atomic_path
         final = Path({str(wh.collection_dir("c1") / "spans-0000.parquet")!r})
         with atomic_path(final) as tmp:
             pq.write_table(pa.table({{"a": list(range(1000))}}), tmp)

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from tracebank.collect.silver import build_silver
 from tracebank.warehouse.claims import Owner, try_claim, warehouse_claim
 from tracebank.warehouse.errors import CorruptFileError
-from tracebank.warehouse.layout import Warehouse
-from tracebank.warehouse.mirror import RemoteClaim
+from tracebank.warehouse.mirror import MirrorStore
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import Storage, files_of
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
@@ -57,7 +57,7 @@ def test_the_mirror_lives_in_the_cache_and_the_store_holds_the_truth(machines, s
     assert not b.root.exists() or not (b.root / "collections").exists()
     assert _ids(b) == ["c1"]
     folder = b.root / "collections" / "c1"
-    assert (folder / "manifest.json").exists() and not list(folder.glob("*.parquet"))  # listed only
+    assert not list(folder.glob("*.parquet"))  # listed only: no data file came
     [(_, manifest)] = Storage(b).collections()
     [spans] = files_of(folder, manifest, "spans")  # a reader asks: that table's file comes
     assert spans.exists() and sorted(p.name for p in folder.glob("*.parquet")) == ["spans-0000.parquet"]
@@ -144,7 +144,7 @@ def _dead_pid() -> int:
 def test_remote_claim_respects_a_live_holder_and_breaks_a_dead_ones(machines):
     wh = machines("a")
     claim = warehouse_claim(wh, "collect")
-    assert isinstance(claim, RemoteClaim)
+    assert isinstance(claim.store, MirrorStore)
     me = Owner.current("collect")
     parent = Owner(os.getppid(), me.host, None, "another collect")
     assert try_claim(claim, parent) is None
@@ -205,10 +205,10 @@ def test_run_records_and_metrics_reach_other_machines(machines):
 
 
 def test_a_silent_claim_of_another_host_goes_stale_and_a_beating_one_does_not(machines, monkeypatch):
-    from tracebank.warehouse import mirror
+    from tracebank.warehouse import claims
 
-    monkeypatch.setattr(mirror, "HEARTBEAT_S", 0.3)
-    monkeypatch.setattr(mirror, "STALE_S", 2.5)
+    monkeypatch.setattr(claims, "HEARTBEAT_S", 0.3)
+    monkeypatch.setattr(claims, "STALE_S", 2.5)
     wh = machines("a")
     me = Owner.current("collect")
     beating = warehouse_claim(wh, "collect")
@@ -219,7 +219,7 @@ def test_a_silent_claim_of_another_host_goes_stale_and_a_beating_one_does_not(ma
     beating.release(me)
 
     silent = Owner(2, "a-dead-host", None, "a collect on a machine that died")
-    monkeypatch.setattr(mirror, "HEARTBEAT_S", 3600.0)
+    monkeypatch.setattr(claims, "HEARTBEAT_S", 3600.0)
     assert try_claim(warehouse_claim(wh, "collect"), silent) is None
     assert try_claim(warehouse_claim(wh, "collect"), me) == silent
     time.sleep(3.5)

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tracebank.transform.writer import EXTRA_FIELDS, PARQUET_OPTIONS
 from tracebank.warehouse import schemas
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import Storage
 
 SCHEMA = pa.schema(list(schemas.DATASET_ROWS) + EXTRA_FIELDS)
@@ -27,14 +27,15 @@ def _rows(n: int) -> pa.Table:
 
 
 def _write(tmp_path, name: str, metadata: dict, late: dict | None = None):
-    storage = Storage(Warehouse(tmp_path / "wh").init())
+    wh = Warehouse(tmp_path / "wh").init()
+    storage = Storage(wh)
     schema = SCHEMA.with_metadata(metadata)
-    with storage.parquet_stream(tmp_path, name, "dataset_rows", schema, **PARQUET_OPTIONS) as out:
+    with storage.parquet_stream(wh.tmp_dir, name, "dataset_rows", schema, **PARQUET_OPTIONS) as out:
         out.write(_rows(3).cast(schema), row_group_size=3)
         out.write(_rows(2).cast(schema), row_group_size=2)
         if late is not None:
             out.add_metadata(late)
-    return tmp_path / name, out.entry
+    return wh.tmp_dir / name, out.entry
 
 
 def test_metadata_added_last_reads_as_if_the_schema_held_it(tmp_path):

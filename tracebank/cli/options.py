@@ -49,7 +49,7 @@ def pass_warehouse(f: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from tracebank.warehouse.layout import Warehouse
+        from tracebank.warehouse.location import Warehouse
 
         path = click.get_current_context().meta.get(_WAREHOUSE_KEY)
         return f(Warehouse.resolve(path), *args, **kwargs)

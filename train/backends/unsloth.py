@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracebank.train.backends import target_modules
+from tracebank.train.backends.targets import target_modules
 from tracebank.train.config import Resolved
 
 
