@@ -40,7 +40,7 @@ CACHE = cache_dir() / "bench-scale"  # $TRACEBANK_CACHE_DIR moves it
 
 CHILD = """
 import json, sys, time, threading
-from tracebank.transform import TransformConfig, run_transform
+from tracebank.transform import TransformConfig, transform
 from tracebank.warehouse.location import Warehouse
 def hwm():
     for line in open("/proc/self/status"):
@@ -53,7 +53,7 @@ t0, c0 = time.perf_counter(), time.process_time()
 if rebuild:  # what `tracebank transform --rebuild-silver` does first
     from tracebank.collect import build_silver
     build_silver(wh, (), force=True)
-r = run_transform(wh, TransformConfig(name="scale"), engine=engine, address=address)
+r = transform(wh, TransformConfig(name="scale", engine=engine, address=address))
 print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "base": base,
                   "peak": hwm(), "hash": r.manifest["content_hash"], "rows": r.manifest["rows"],
                   "tokens": r.manifest["stats"]["tokens"], "silver": r.manifest["counts"]["silver"]}))

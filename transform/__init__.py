@@ -1,11 +1,12 @@
 """The transform stage: collected spans to versioned, pre-tokenized SFT datasets.
 
-``transform(wh, TransformConfig(name=...))`` writes ``NAME@vN`` from the silver
-tables that ``collect`` built for the chosen collections; ``run_transform(...,
-engine="ray")`` runs the same transform on a Ray cluster.
+``transform(wh, TransformConfig(name=...))`` writes ``NAME@vN`` from the silver tables that
+``collect`` built for the chosen collections, with ``config.rules`` (the recipe's rows or
+1.0's) on ``config.engine`` (this process, or a Ray cluster at ``config.address``).
 """
 
-from tracebank.transform.builder import TransformResult, run_transform, transform
 from tracebank.transform.config import TransformConfig
+from tracebank.transform.entry import check, transform
+from tracebank.transform.version import TransformResult
 
-__all__ = ["TransformConfig", "TransformResult", "run_transform", "transform"]
+__all__ = ["TransformConfig", "TransformResult", "check", "transform"]

@@ -12,8 +12,8 @@ counted, like responses cut and rows with nothing to train on.
 from __future__ import annotations
 
 import random
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -26,17 +26,14 @@ from tracebank.transform.agl1_rows import (
     token_row,
     triplet_calls,
 )
+from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import EmptyDatasetError
-from tracebank.transform.manifest import content_hash, rows_digest, source_hash, stats
-from tracebank.transform.provenance import metadata_fields, served_models
-from tracebank.transform.writer import encode
+from tracebank.transform.inputs import Chosen, require_silver
+from tracebank.transform.version import Planned, TransformResult, commit_version
+from tracebank.transform.writer import whole_split
 from tracebank.warehouse import schemas
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.records import CollectionManifest, DatasetManifest
 from tracebank.warehouse.storage import Storage
-
-if TYPE_CHECKING:
-    from tracebank.transform.config import TransformConfig
 
 ROW_FIELDS = [
     pa.field("collection_id", pa.string()),
@@ -91,14 +88,10 @@ def agl1_rows_table(
     return table, counts
 
 
-def build_agl1_version(
-    wh: Warehouse, config: TransformConfig, chosen: list[tuple[str, CollectionManifest]]
-) -> tuple[int, Path, DatasetManifest]:
-    """Commit the next version of ``config.name`` with 1.0's rows; (version, folder, manifest).
+def build_agl1(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> TransformResult:
+    """Build and commit the next version of ``config.name`` with 1.0's rows, here.
 
     The rules and limits used are in the manifest's ``params`` (``rules``, ``agl1``)."""
-    from tracebank.transform.builder import require_silver, tracebank_version, version_manifest
-
     storage = Storage(wh)
     silver = []
     for cid, _ in chosen:
@@ -106,53 +99,37 @@ def build_agl1_version(
         calls, rewards = (storage.silver_table(cid, t) for t in ("llm_calls", "rewards"))
         silver.append((cid, calls, rewards))
     table, counts = agl1_rows_table(silver, config.agl1, config.seed)
-    counts["collections"] = len(chosen)
+    return commit_agl1(wh, config, chosen, table, counts)
+
+
+def commit_agl1(
+    wh: Warehouse, config: TransformConfig, chosen: Chosen, table: pa.Table, counts: dict[str, int]
+) -> TransformResult:
+    """Commit ``table`` (:func:`agl1_rows_table`'s rows and counts) as the next version of
+    ``config.name``: one train file, built whole in memory, so its digest is known before it is written."""
     if table.num_rows == 0:
         raise EmptyDatasetError(
             f"no rows for {config.name}: {counts['calls']} calls in {counts['rollouts']} rollouts, "
             f"{counts['trained_calls']} that 1.0 would train on",
             'check the calls with `tracebank sql "SELECT reject_reason, count(*) FROM llm_calls GROUP BY 1"`',
         )
-    sources = [{"collection_id": cid, "content_hash": source_hash(m)} for cid, m in chosen]
-    version, folder = storage.reserve_version(config.name)
-    try:
-        # Built whole in memory, so the hash is known before the file is written.
-        digest = rows_digest(table)
-        hashed = content_hash(config, sources, [{"split": "train", "rows": table.num_rows, "digest": digest}])
-        provenance = {
-            "dataset": config.name,
-            "version": version,
-            "tracebank_version": tracebank_version(),
-            "served_models": served_models(config, chosen) or None,
-            "split": "train",
-            "content_hash": hashed,
+    ids = table.column("input_ids").to_pylist()
+    frame = pl.DataFrame(
+        {
+            "length": [len(i) for i in ids],
+            "trained": [sum(m) for m in table.column("response_mask").to_pylist()],
+            "reward": table.column("reward").to_pylist(),
         }
-        table = table.replace_schema_metadata(metadata_fields(provenance))
-        entry = storage.write_buffer(folder, "train.parquet", encode(table), table.num_rows, "dataset_rows")
-        entry.split = "train"
-        ids = table.column("input_ids").to_pylist()
-        frame = pl.DataFrame(
-            {
-                "length": [len(i) for i in ids],
-                "trained": [sum(m) for m in table.column("response_mask").to_pylist()],
-                "reward": table.column("reward").to_pylist(),
-            }
-        )
-        st = stats(
-            {"train": frame, "validation": frame.head(0)}, [max((max(i) for i in ids if i), default=None)]
-        )
-        reported: dict[str, Any] = {
-            **counts,
-            "unrewarded": counts["rollouts_without_reward"],
-            "rejected": {
-                "not_trained_by_agl1": counts["calls"] - counts["trained_calls"],
-                "long_prompt_rows": counts["dropped_long_prompt"],
-            },
-            "kept": table.num_rows,
-        }
-        manifest = version_manifest(config, version, hashed, sources, reported, st, [entry])
-        storage.commit_version(folder, manifest)
-    except BaseException:
-        storage.abandon_version(folder)
-        raise
-    return version, folder, manifest
+    )
+    reported: dict[str, Any] = {
+        **counts,
+        "collections": len(chosen),
+        "unrewarded": counts["rollouts_without_reward"],
+        "rejected": {
+            "not_trained_by_agl1": counts["calls"] - counts["trained_calls"],
+            "long_prompt_rows": counts["dropped_long_prompt"],
+        },
+        "kept": table.num_rows,
+    }
+    planned = Planned({"train": frame, "validation": frame.head(0)}, reported)
+    return commit_version(wh, config, chosen, planned, partial(whole_split, table))

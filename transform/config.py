@@ -13,6 +13,7 @@ from tracebank.warehouse.layout import validate_name
 SELECT_BY = ("triplet", "rollout")
 MERGE = ("none", "trajectory")
 RULES = ("recipe", "agl1")
+ENGINES = ("local", "ray")
 LEVELS = ("trajectory", "transition")
 
 
@@ -66,6 +67,12 @@ class TransformConfig:
     agl1: Agl1Limits = field(default_factory=Agl1Limits)
     """RolloutAdapter's level and length limits, used with rules agl1."""
 
+    engine: str = "local"
+    """local: this process; ray: Ray Data jobs on a cluster (same version, same content hash)."""
+
+    address: str | None = None
+    """Ray cluster to join with --engine ray (default: $RAY_ADDRESS, else a local Ray)."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form notes recorded in the manifest (not part of the content hash)."""
 
@@ -92,6 +99,10 @@ class TransformConfig:
             raise TransformUsageError(f"--rules must be one of {', '.join(RULES)}")
         if self.rules == "agl1":
             self._validate_agl1()
+        if self.engine not in ENGINES:
+            raise TransformUsageError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.address is not None and self.engine != "ray":
+            raise TransformUsageError("--address only applies to --engine ray")
         return self
 
     def _validate_agl1(self) -> None:
@@ -117,7 +128,8 @@ class TransformConfig:
         """Every option as the manifest records it (collections sorted)."""
         out = asdict(self)
         out.pop("extra")
-        out.pop("force")  # says whether to write, not what the rows are
+        for how in ("force", "engine", "address"):  # whether and where to build, not what the rows are
+            out.pop(how)
         if self.rules == "recipe":  # so a recipe version's params and content hash stay what they were
             out.pop("rules")
             out.pop("agl1")

@@ -6,7 +6,7 @@ Three steps, the outer two on the cluster:
    lists from its silver cache (which collect built) into a scratch folder every
    node sees (``transform.spill``); only the offsets come back;
 2. on the driver: plan and select the rows from the small per-call columns,
-   exactly as the local engine does (``builder.build_version``);
+   exactly as the local engine does (``recipe.build_recipe``);
 3. per piece of each split, in parallel (a second job): a worker gathers the
    piece's calls from the scratch files, copies out its rows and writes them as
    one Parquet file of the version.
@@ -40,20 +40,14 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from tracebank.transform.builder import (
-    TOKEN_COLUMNS,
-    TransformResult,
-    build_version,
-    choose_collections,
-    load_inputs,
-    require_silver,
-    spill_tokens,
-)
 from tracebank.transform.config import TransformConfig
-from tracebank.transform.errors import TransformError
+from tracebank.transform.errors import TransformError, TransformUsageError
+from tracebank.transform.inputs import TOKEN_COLUMNS, Chosen, load_inputs, require_silver, spill_tokens
 from tracebank.transform.manifest import RowsDigest
+from tracebank.transform.recipe import build_recipe
 from tracebank.transform.rows import CallTokens, RowTokens
 from tracebank.transform.spill import TokenSpill
+from tracebank.transform.version import TransformResult
 from tracebank.transform.writer import OpenSplit, open_split, pieces, split_table
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry
@@ -209,12 +203,12 @@ def _ray_writer(sources: _Sources) -> Any:
     import ray.data
 
     def open_(
+        source: RowTokens,
         stack: contextlib.ExitStack[Any],
         storage: Storage,
         folder: Path,
         split: str,
         frame: pl.DataFrame,
-        source: RowTokens,
         provenance: dict[str, Any],
     ) -> OpenSplit:
         parts = pieces(frame)
@@ -247,8 +241,14 @@ def _ray_writer(sources: _Sources) -> Any:
 
 def connect(address: str | None) -> None:
     """Join the cluster at ``address`` (else ``$RAY_ADDRESS``, else a local one started here)."""
-    import ray
-
+    try:
+        import ray
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("ray"):
+            raise
+        raise TransformUsageError(
+            "--engine ray needs Ray", "install it with `pip install 'tracebank[ray]'`"
+        ) from exc
     if ray.is_initialized():
         return
     try:
@@ -260,21 +260,18 @@ def connect(address: str | None) -> None:
         ) from exc
 
 
-def transform_ray(wh: Warehouse, config: TransformConfig, address: str | None = None) -> TransformResult:
-    """``transform`` with the silver caches and row writing on a Ray cluster; same version, same hash."""
+def build_recipe_on_ray(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> TransformResult:
+    """The recipe with the silver caches and row writing on a Ray cluster; same version, same hash."""
+    connect(config.address)
     import ray.data
 
-    wh.check_format()
-    config.validate()
-    chosen = choose_collections(wh, config.collections)
-    connect(address)
     scratch = wh.tmp_dir / f"ray-{uuid.uuid4().hex[:12]}"
     try:
         inputs = load_inputs(wh, chosen)  # first: a missing silver cache fails before any Ray job
         items = [{"root": str(wh.root), "cid": cid, "scratch": str(scratch)} for cid, _ in chosen]
         done = {r["cid"]: r for r in ray.data.from_items(items).map(_spill_collection).take_all()}
         sources = _Sources([pickle.loads(done[cid]["spilled"]) for cid, _ in chosen])
-        return build_version(
+        return build_recipe(
             wh, config, chosen, inputs, cache(lambda: _all_tokens(sources)), _ray_writer(sources)
         )
     finally:

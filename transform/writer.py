@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from tracebank.transform.manifest import RowsDigest
+import pyarrow.compute as pc
+from tracebank.transform.manifest import RowsDigest, rows_digest
 from tracebank.transform.provenance import metadata_fields
 from tracebank.transform.rows import RowTokens
 from tracebank.warehouse import memory, schemas
@@ -66,6 +67,13 @@ class OpenSplit:
     max_token_id: int | None
     stamp: Callable[[dict[str, Any]], None]
     entries: Callable[[], list[FileEntry]]
+
+
+#: Opens one split's files in a reserved version folder (what ``transform.version`` calls):
+#: (stack, storage, folder, split, row plan, provenance) -> the split, digested, not yet stamped.
+SplitOpener = Callable[
+    [contextlib.ExitStack[Any], Storage, Path, str, pl.DataFrame, dict[str, Any]], OpenSplit
+]
 
 
 def encode(table: pa.Table) -> pa.Buffer:
@@ -139,3 +147,33 @@ def open_split(
         out.add_metadata(metadata_fields(fields))
 
     return OpenSplit(digest.hexdigest(), max(max_ids) if max_ids else None, stamp, entries)
+
+
+def whole_split(
+    table: pa.Table,
+    _stack: contextlib.ExitStack[Any],
+    storage: Storage,
+    folder: Path,
+    split: str,
+    _frame: pl.DataFrame,
+    provenance: dict[str, Any],
+) -> OpenSplit:
+    """``table``, a split built whole in memory: digested now, written as one file ``<split>.parquet``
+    when :attr:`OpenSplit.stamp` brings the fields known only then (the content hash).
+    ``partial(whole_split, table)`` is a :data:`SplitOpener` (the plan ``_frame`` is ``table``'s)."""
+    written: list[FileEntry] = []
+
+    def stamp(fields: dict[str, Any]) -> None:
+        stamped = table.replace_schema_metadata(metadata_fields({**provenance, "split": split, **fields}))
+        entry = storage.write_buffer(
+            folder, f"{split}.parquet", encode(stamped), table.num_rows, "dataset_rows"
+        )
+        entry.split = split
+        written.append(entry)
+
+    def entries() -> list[FileEntry]:
+        assert written, "the file is written when the content hash is known"
+        return written
+
+    max_id = pc.max(pc.list_flatten(table.column("input_ids"))).as_py()
+    return OpenSplit(rows_digest(table), max_id, stamp, entries)

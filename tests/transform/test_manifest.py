@@ -173,9 +173,9 @@ def test_unknown_collection_and_no_rows(wh, tmp_path):
 
 
 def test_a_failed_write_leaves_no_version(wh, monkeypatch):
-    import tracebank.transform.builder as builder
+    import tracebank.transform.local_engine as local_engine
 
-    real = builder.open_split
+    real = local_engine.open_split
     calls = []
 
     def failing(stack, storage, folder, split, frame, source, **options):
@@ -184,7 +184,7 @@ def test_a_failed_write_leaves_no_version(wh, monkeypatch):
             raise OSError("disk full")
         return real(stack, storage, folder, split, frame, source, **options)
 
-    monkeypatch.setattr(builder, "open_split", failing)
+    monkeypatch.setattr(local_engine, "open_split", failing)
     before = catalog.dataset_versions(wh, "ds")
     with pytest.raises(OSError):
         transform(wh, TransformConfig(name="ds", val_fraction=0.2))

@@ -6,7 +6,7 @@ import dataclasses
 
 import pyarrow.parquet as pq
 import pytest
-from tracebank.transform import TransformConfig, ray_engine, run_transform, transform, writer
+from tracebank.transform import TransformConfig, ray_engine, transform, writer
 from tracebank.transform.errors import TransformUsageError
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import Storage, verify_hashes
@@ -25,6 +25,10 @@ def two_collections(tmp_path):
     return wh
 
 
+def _on_ray(config, address):
+    return dataclasses.replace(config, engine="ray", address=address)
+
+
 def _rows(result):
     return [
         row
@@ -40,7 +44,7 @@ def test_ray_engine_commits_the_local_engines_version(two_collections, ray_addre
     # Several pieces per split, each written by a worker.
     monkeypatch.setattr(writer, "PIECE_TOKENS", 20_000)
     monkeypatch.setattr(ray_engine, "PIECES_PER_JOB", 2)  # several Ray Data jobs, in order
-    on_ray = run_transform(wh, config, engine="ray", address=ray_address)
+    on_ray = transform(wh, _on_ray(config, ray_address))
     local = transform(wh, dataclasses.replace(config, force=True))  # else: identical to v1
     assert on_ray.manifest["counts"]["silver"] == local.manifest["counts"]["silver"] == {"cached": 2}
     assert on_ray.manifest["content_hash"] == local.manifest["content_hash"]
@@ -76,7 +80,7 @@ def test_an_identical_version_on_ray_writes_no_piece(two_collections, ray_addres
         raise AssertionError("an identical version wrote a piece")
 
     monkeypatch.setattr(ray_engine, "_write_piece", no_write)
-    again = run_transform(two_collections, config, engine="ray", address=ray_address)
+    again = transform(two_collections, _on_ray(config, ray_address))
     assert again.identical and again.ref == first.ref
     assert [p.name for p in two_collections.dataset_dir("twice").iterdir()] == ["v0001"]
 
@@ -93,7 +97,7 @@ def test_ray_engine_on_an_s3_warehouse_commits_the_local_engines_hash(
     spans, rollouts = synthetic_rollouts(30, seed=11, calls=(2, 5), tasks=6)
     commit_collection(wh, spans, rollouts=rollouts, collection_id="c1", span_file_rows=40)
     config = TransformConfig(name="ds", val_fraction=0.25, top_fraction=0.8, seed=5)
-    on_ray = run_transform(wh, config, engine="ray", address=ray_address)
+    on_ray = transform(wh, _on_ray(config, ray_address))
     local = transform(wh, dataclasses.replace(config, name="ds-local"))
     assert on_ray.manifest["content_hash"] == local.manifest["content_hash"]
     assert len([f for f in on_ray.manifest["files"] if f["split"] == "train"]) > 2
@@ -109,13 +113,13 @@ def test_ray_engine_on_an_s3_warehouse_commits_the_local_engines_hash(
 def test_options_that_read_tokens_on_the_driver(two_collections, ray_address, options):
     config = TransformConfig(name="opt", **options)
     local = transform(two_collections, config)
-    on_ray = run_transform(two_collections, config, engine="ray", address=ray_address)
+    on_ray = transform(two_collections, _on_ray(config, ray_address))
     assert on_ray.manifest["content_hash"] == local.manifest["content_hash"]
 
 
 def test_address_without_ray_engine_is_a_usage_error(wh):
     with pytest.raises(TransformUsageError, match="--address only applies to --engine ray"):
-        run_transform(wh, TransformConfig(name="x"), address="127.0.0.1:1")
+        transform(wh, TransformConfig(name="x", address="127.0.0.1:1"))
 
 
 def _cli(wh, *args):
@@ -146,9 +150,8 @@ def test_two_engines_writing_the_same_name_at_once_get_distinct_versions(two_col
 
     def run(engine: str) -> None:
         address = ray_address if engine == "ray" else None
-        results[engine] = run_transform(
-            two_collections, TransformConfig(name="same", force=True), engine, address
-        )
+        config = TransformConfig(name="same", force=True, engine=engine, address=address)
+        results[engine] = transform(two_collections, config)
 
     threads = [threading.Thread(target=run, args=(e,)) for e in ("local", "ray")]
     for t in threads:

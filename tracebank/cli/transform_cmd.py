@@ -10,7 +10,7 @@ import click
 
 from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
 from tracebank.transform.agl1_rows import Agl1Limits
-from tracebank.transform.config import LEVELS, MERGE, RULES, SELECT_BY, TransformConfig
+from tracebank.transform.config import ENGINES, LEVELS, MERGE, RULES, SELECT_BY, TransformConfig
 
 AGL1_OPTIONS = (
     "level",
@@ -53,27 +53,14 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
 @config_option(Agl1Limits, "max_response_length", "--agl1-max-response-length")
 @config_option(Agl1Limits, "max_total_length", "--agl1-max-total-length")
 @config_option(Agl1Limits, "reward_fillna_value", "--agl1-reward-fillna")
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "ray"]),
-    default="local",
-    show_default=True,
-    help="local: this process; ray: Ray Data jobs on a cluster (same version, same content hash).",
-)
-@click.option(
-    "--address",
-    default=None,
-    metavar="HOST:PORT",
-    help="Ray cluster to join with --engine ray (default: $RAY_ADDRESS, else a local Ray).",
-)
+@config_option(TransformConfig, "engine", type=click.Choice(ENGINES))
+@config_option(TransformConfig, "address", metavar="HOST:PORT")
 @pass_warehouse
 def transform(
     wh: Any,
     name: str | None,
     collections: tuple[str, ...],
     rebuild_silver: bool,
-    engine: str,
-    address: str | None,
     **options: Any,
 ) -> None:
     """Build the next version of a dataset (--dataset NAME) from collected spans.
@@ -83,8 +70,9 @@ def transform(
     collections' silver tables are built first where missing or stale.
     """
     from tracebank.collect import build_silver
-    from tracebank.transform import run_transform
-    from tracebank.transform.builder import choose_collections
+    from tracebank.transform import check
+    from tracebank.transform import transform as build
+    from tracebank.transform.inputs import choose_collections
 
     name = name or click.get_current_context().meta.get("tracebank.dataset_alias")
     if not name:
@@ -92,10 +80,10 @@ def transform(
     limits = Agl1Limits(**{f: options.pop(f) for f in AGL1_OPTIONS})
     config = TransformConfig(name=name, collections=tuple(collections), agl1=limits, **options)
     wh.check_format()
-    config.validate()
+    check(config)  # before any silver is built
     chosen = tuple(cid for cid, _ in choose_collections(wh, config.collections))
     build_silver(wh, chosen, force=rebuild_silver)
-    click.echo(run_transform(wh, config, engine=engine, address=address).summary())
+    click.echo(build(wh, config).summary())
 
 
 @click.group()

@@ -1,0 +1,54 @@
+"""The recipe on the local engine (``--engine local``): everything in this process.
+
+The small per-call columns are loaded first; the token lists are read from the silver caches a
+row group at a time on a helper thread meanwhile, into scratch files (``transform.spill``), and
+copied once, a piece at a time, straight into each split's final row order
+(``transform.rows``, ``transform.writer``). So memory does not grow with the number of tokens.
+Nothing here imports pandas (see ``warehouse.arrowutil``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from tracebank.transform.config import TransformConfig
+from tracebank.transform.inputs import Chosen, load_inputs, spill_tokens
+from tracebank.transform.recipe import build_recipe
+from tracebank.transform.rows import RowTokens
+from tracebank.transform.spill import TokenSpill
+from tracebank.transform.version import TransformResult
+from tracebank.transform.writer import OpenSplit, open_split
+from tracebank.warehouse import memory
+from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
+
+
+def build_recipe_locally(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> TransformResult:
+    """Build and commit the next version of ``config.name`` with the recipe's rows, here."""
+    memory.fix_mmap_threshold()
+    with (
+        tempfile.TemporaryDirectory(prefix="tracebank-transform-") as scratch,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="transform-io") as pool,
+    ):
+        inputs = load_inputs(wh, chosen)
+        memory.release()
+        tokens = pool.submit(spill_tokens, inputs.token_parts, inputs.loaded, TokenSpill(Path(scratch)))
+        return build_recipe(wh, config, chosen, inputs, tokens.result, _local_writer)
+
+
+def _local_writer(
+    source: RowTokens,
+    stack: contextlib.ExitStack[Any],
+    storage: Storage,
+    folder: Path,
+    split: str,
+    frame: pl.DataFrame,
+    provenance: dict[str, Any],
+) -> OpenSplit:
+    # Looked up at call time, so a test can replace local_engine.open_split.
+    return open_split(stack, storage, folder, split, frame, source, provenance=provenance)

@@ -1,0 +1,98 @@
+"""The recipe rule set (``--rules recipe``), whatever the engine: 0.3's triplets and the Unsloth
+SFT recipe's data step, from the loaded inputs to a committed version.
+
+Order of work: rewarded calls (upstream's adapter + the recipe's reverse walk, ``transform.triplets``)
+-> token rows, optionally merged per trajectory (``transform.rows``) -> filters and selection
+(``transform.select``) -> each split's files, written by the engine's :data:`SplitWriter` ->
+the shared tail (``transform.version``). Everything up to the selection moves only small
+per-call columns; the token lists are copied once, a piece at a time, into the files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from tracebank.transform.config import TransformConfig
+from tracebank.transform.errors import EmptyDatasetError
+from tracebank.transform.inputs import Chosen, Inputs
+from tracebank.transform.rows import CallTokens, RowTokens, build_rows
+from tracebank.transform.select import rollout_scores, select_rows
+from tracebank.transform.triplets import CallCounts, rewarded_calls
+from tracebank.transform.version import Planned, TransformResult, commit_version
+from tracebank.transform.writer import OpenSplit
+from tracebank.warehouse import memory
+from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
+
+#: How an engine turns one split's planned rows into files: given where the rows' tokens are,
+#: a ``writer.SplitOpener`` (stack, storage, folder, split, row plan, provenance) -> the open split.
+SplitWriter = Callable[
+    [RowTokens, contextlib.ExitStack[Any], Storage, Path, str, pl.DataFrame, dict[str, Any]], OpenSplit
+]
+
+
+def build_recipe(
+    wh: Warehouse,
+    config: TransformConfig,
+    chosen: Chosen,
+    inputs: Inputs,
+    tokens: Callable[[], CallTokens],
+    write: SplitWriter,
+) -> TransformResult:
+    """Plan, select and commit the version; ``write`` turns each split's planned rows into files.
+
+    ``tokens`` is only called when rows are materialised on this process
+    (``--merge trajectory``, ``--dedup``, or a ``write`` that does it here).
+    """
+    planned, source = plan_recipe(config, chosen, inputs, tokens)
+    return commit_version(wh, config, chosen, planned, partial(write, source))
+
+
+def plan_recipe(
+    config: TransformConfig, chosen: Chosen, inputs: Inputs, tokens: Callable[[], CallTokens]
+) -> tuple[Planned, RowTokens]:
+    """The selected train and validation rows and their counts; where the rows' tokens are.
+
+    Raises EmptyDatasetError when no train row is left."""
+    call_counts = CallCounts()
+    rewarded = rewarded_calls(inputs.calls, inputs.rewards, inputs.attempts, call_counts)
+    rewarded = rewarded.sort(["rollout_id", "call_index"])
+    tasks = inputs.rollouts.unique("rollout_id", keep="last").select("rollout_id", "task")
+    inputs.drop_tables()  # what follows needs only the rewarded calls
+    rows, source, merge_stats = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
+    scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
+    del rewarded, tasks
+    # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
+    rows = rows.sort(["rollout_id", "call_index"], descending=[False, True])
+    train, validation, select_counts = select_rows(rows, scores, config, source)
+    del rows, scores
+    train, validation = (name_collections(f, chosen) for f in (train, validation))
+    memory.release()
+
+    counts: dict[str, Any] = {
+        "collections": len(chosen),
+        "silver": inputs.silver_counts,
+        **call_counts.as_dict(),
+        "merged": merge_stats,
+        **select_counts.as_dict(),
+    }
+    counts["kept"] = train.height + validation.height
+    if train.height == 0:
+        raise EmptyDatasetError(
+            f"no rows for {config.name}: {call_counts.calls} usable calls, {call_counts.rewarded} rewarded, "
+            f"{sum(call_counts.rejected.values())} rejected, {counts['kept']} kept after the filters",
+            'check the rewards with `tracebank sql "SELECT * FROM rewards"` or relax the options',
+        )
+    return Planned({"train": train, "validation": validation}, counts), source
+
+
+def name_collections(rows: pl.DataFrame, chosen: Chosen) -> pl.DataFrame:
+    """``rows`` with ``collection_id`` in place of ``source_order`` (a position in ``chosen``)."""
+    ids = pl.Series("collection_id", [cid for cid, _ in chosen], dtype=pl.String)
+    named = ids.gather(rows.get_column("source_order"))
+    return rows.with_columns(named).drop("source_order")
