@@ -9,7 +9,6 @@ import itertools
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from tracebank.cli.main import cli
 from tracebank.transform import TransformConfig, transform
 from tracebank.transform.config import ENGINES, RULES
 from tracebank.transform.entry import BUILDERS
@@ -18,6 +17,7 @@ from tracebank.warehouse.layout import Warehouse
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 from tests.transform.oracle import scenario
+from tracebank.cli.main import cli
 
 PAIRS = list(itertools.product(ENGINES, RULES))
 REFUSED = [pair for pair in PAIRS if pair not in BUILDERS]
@@ -80,3 +80,17 @@ def test_the_cli_refuses_an_unsupported_pair_in_one_line(wh, engine, rules):
     engines = " or ".join(e for e, r in BUILDERS if r == rules)
     assert out.output == f"Error: --engine {engine} does not build --rules {rules} (use --engine {engines})\n"
     assert not wh.dataset_dir("refused").exists()
+
+
+@pytest.mark.parametrize("rules", RULES)
+def test_every_rule_set_skips_an_identical_version(wh, rules):
+    """The shared tail: the same rows and options again write nothing, unless forced."""
+    config = TransformConfig(name=f"again-{rules}", rules=rules, seed=1)
+    first = transform(wh, config)
+    again = transform(wh, config)
+    assert again.identical and again.ref == first.ref
+    assert again.summary().startswith(f"identical to {first.ref} ")
+    forced = transform(wh, dataclasses.replace(config, force=True))
+    assert forced.ref.version == first.ref.version + 1
+    assert forced.record.content_hash == first.record.content_hash
+    assert [p.name for p in wh.dataset_dir(config.name).iterdir()] == ["v0001", "v0002"]
