@@ -10,6 +10,8 @@ from tracebank.collect.errors import CollectUsageError
 
 ROLLOUT_STATUSES = ("queuing", "preparing", "running", "failed", "succeeded", "cancelled", "requeuing")
 MODES = ("train", "val", "test")
+#: What ``tracebank collect`` takes from Agent Lightning 1.0 without ``--status``: 1.0 trains on both.
+AGL1_STATUSES = ("succeeded", "failed")
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,8 @@ class CollectConfig:
     """Filters and knobs of one collect run (the CLI flags, one to one)."""
 
     statuses: tuple[str, ...] = ("succeeded",)
-    """Rollout statuses to collect (``--status``, repeatable)."""
+    """Rollout statuses to collect (``--status``, repeatable); without ``--status`` the CLI takes
+    succeeded and failed ones from Agent Lightning 1.0 (``AGL1_STATUSES``, 1.0 trains on both)."""
     mode: str | None = None
     """Only rollouts of this mode: train, val or test (``--mode``); None for every mode."""
     rollout_ids: tuple[str, ...] = ()

@@ -48,11 +48,24 @@ def check_url(url: str) -> str:
     return url.strip().rstrip("/")
 
 
+def describe_store(store: Any) -> str:
+    """A store URL, normalised, or ``in-process`` for a LightningStore object; CollectUsageError
+    for anything else."""
+    if isinstance(store, str):
+        return check_url(store)
+    if not hasattr(store, "query_spans") or not hasattr(store, "query_rollouts"):
+        raise CollectUsageError(
+            f"cannot collect from a {type(store).__name__}",
+            "pass a store URL or an agentlightning LightningStore",
+        )
+    return "in-process"
+
+
 class Transient(Exception):
     """A failure worth retrying (connection refused/reset, timeout, 408/429/5xx)."""
 
 
-class StoreSource:
+class StoreClient:
     """One store, as collect talks to it."""
 
     def __init__(self, store: Any, description: str, config: CollectConfig, url: str | None = None) -> None:
@@ -64,27 +77,22 @@ class StoreSource:
         self._http: Any = None  # aiohttp.ClientSession of the span queries, opened on first use
 
     @classmethod
-    async def open(cls, source: Any, config: CollectConfig) -> StoreSource:
-        """A source for a store URL (checked for health first) or a LightningStore object."""
-        if isinstance(source, str):
-            url = check_url(source)
-            await check_store_health(url, config.connect_timeout_s)
-            from agentlightning.store.client_server import LightningStoreClient
+    async def open(cls, source: Any, config: CollectConfig) -> StoreClient:
+        """A client of a store URL (checked for health first) or of a LightningStore object."""
+        description = describe_store(source)
+        if not isinstance(source, str):
+            return cls(source, description, config)
+        await check_store_health(description, config.connect_timeout_s)
+        from agentlightning.store.client_server import LightningStoreClient
 
-            client = LightningStoreClient(
-                url,
-                retry_delays=(),  # our retries, see _with_retries
-                health_retry_delays=(),  # no background health probing between them
-                request_timeout=config.read_timeout_s,
-                connection_timeout=config.connect_timeout_s,
-            )
-            return cls(client, url, config, url=url)
-        if not hasattr(source, "query_spans") or not hasattr(source, "query_rollouts"):
-            raise CollectUsageError(
-                f"cannot collect from a {type(source).__name__}",
-                "pass a store URL or an agentlightning LightningStore",
-            )
-        return cls(source, "in-process", config)
+        client = LightningStoreClient(
+            description,
+            retry_delays=(),  # our retries, see _with_retries
+            health_retry_delays=(),  # no background health probing between them
+            request_timeout=config.read_timeout_s,
+            connection_timeout=config.connect_timeout_s,
+        )
+        return cls(client, description, config, url=description)
 
     async def close(self) -> None:
         if self._http is not None:

@@ -9,8 +9,7 @@ import sys
 import time
 
 import pytest
-from tracebank.collect import agl1_collect
-from tracebank.collect.agl1_collect import collect_server, collect_spool, detect_source
+from tracebank.collect import Agl1ServerSource, SpoolSource, agl1_read, collect, server_source
 from tracebank.collect.agl1_hook import spool_entry, write_entry
 from tracebank.collect.agl1_spool import spool_files
 from tracebank.collect.config import CollectConfig
@@ -32,7 +31,7 @@ def test_a_trainer_round_is_all_in_the_warehouse(agl1_round, wh, tmp_path):
     round_spool, result, server = agl1_round
     spool = tmp_path / "spool"
     shutil.copytree(round_spool, spool)
-    done = collect_spool(spool, wh, BOTH)
+    done = collect(SpoolSource(spool), wh, BOTH)
     completed = result["completed"]
     assert done.committed and done.counts["rollouts"] == len(completed)
     assert spool_files(spool) == []  # committed, so no longer spooled
@@ -51,7 +50,7 @@ def test_a_trainer_round_is_all_in_the_warehouse(agl1_round, wh, tmp_path):
             "r": len(completed),
         }
     ]
-    again = collect_spool(spool, wh, BOTH)
+    again = collect(SpoolSource(spool), wh, BOTH)
     assert not again.committed
 
 
@@ -63,11 +62,11 @@ def test_rerun_after_a_commit_whose_spool_cleanup_died(agl1_round, wh, tmp_path,
     def die(entries):
         raise KeyboardInterrupt  # killed right after the manifest was committed
 
-    monkeypatch.setattr(agl1_collect, "remove_entries", die)
+    monkeypatch.setattr(agl1_read, "remove_entries", die)
     with pytest.raises(KeyboardInterrupt):
-        collect_spool(spool, wh, BOTH)
+        collect(SpoolSource(spool), wh, BOTH)
     monkeypatch.undo()
-    rerun = collect_spool(spool, wh, BOTH)
+    rerun = collect(SpoolSource(spool), wh, BOTH)
     assert not rerun.committed and rerun.counts["skipped"] == n and spool_files(spool) == []
     assert sql(wh, "SELECT count(*) AS n, count(DISTINCT rollout_id) AS d FROM rollouts") == [
         {"n": n, "d": n}
@@ -102,11 +101,10 @@ def _big_spool(folder, n: int) -> list[str]:
 KILLER = """
 import sys
 from pathlib import Path
-from tracebank.collect.agl1_collect import collect_spool
-from tracebank.collect.config import CollectConfig
+from tracebank.collect import CollectConfig, SpoolSource, collect
 from tracebank.warehouse.location import Warehouse
 print("start", flush=True)
-collect_spool(Path(sys.argv[1]), Warehouse(Path(sys.argv[2])), CollectConfig())
+collect(SpoolSource(Path(sys.argv[1])), Warehouse(Path(sys.argv[2])), CollectConfig())
 """
 
 
@@ -122,7 +120,7 @@ def test_collect_killed_mid_spool_and_rerun_loses_and_duplicates_nothing(tmp_pat
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     wh = Warehouse(root).init()
-    collect_spool(spool, wh, CollectConfig())
+    collect(SpoolSource(spool), wh, CollectConfig())
     got = sql(wh, "SELECT rollout_id, count(*) AS n FROM rollouts GROUP BY rollout_id ORDER BY rollout_id")
     assert got == [{"rollout_id": rid, "n": 1} for rid in ids]
     assert sql(wh, "SELECT count(*) AS n FROM events") == [{"n": 3 * len(ids)}]
@@ -132,9 +130,9 @@ def test_collect_killed_mid_spool_and_rerun_loses_and_duplicates_nothing(tmp_pat
 def test_status_filter_leaves_the_rest_in_the_spool(agl1_round, wh, tmp_path):
     spool = tmp_path / "spool"
     shutil.copytree(agl1_round[0], spool)
-    first = collect_spool(spool, wh)  # the default: succeeded only
+    first = collect(SpoolSource(spool), wh)  # the default: succeeded only
     assert first.counts["filtered_out"] == 2 and len(spool_files(spool)) == 2
-    second = collect_spool(spool, wh, CollectConfig(statuses=("failed",)))
+    second = collect(SpoolSource(spool), wh, CollectConfig(statuses=("failed",)))
     assert second.counts["rollouts"] == 2 and spool_files(spool) == []
 
 
@@ -143,7 +141,7 @@ def test_the_same_sql_reads_both_sources(agl1_round, wh, tmp_path):
     old = commit_collection(wh, spans, rollouts=rollouts)
     spool = tmp_path / "spool"
     shutil.copytree(agl1_round[0], spool)
-    new = collect_spool(spool, wh, BOTH).collection_id
+    new = collect(SpoolSource(spool), wh, BOTH).collection_id
     for cid in (old, new):
         build_silver(wh, cid)
     query = """
@@ -170,10 +168,11 @@ def test_collect_from_a_live_server_over_rest(agl1_server, wh):
         agl1_server.set_state(rid, "running", attempt_id="0")
         play_scenario(agl1_server, rid, "0", name)
         agl1_server.set_state(rid, "succeeded")
-    first, missed = collect_server(agl1_server.url, wh, key=agl1_server.key)
-    assert first.committed and first.counts["rollouts"] == 2 and missed == 0
-    second, _ = collect_server(agl1_server.url, wh, key=agl1_server.key)
+    server = Agl1ServerSource(agl1_server.url, agl1_server.key)
+    first = collect(server, wh)
+    assert first.committed and first.counts["rollouts"] == 2 and first.counts["missed"] == 0
+    second = collect(server, wh)
     assert not second.committed and second.counts["rollouts"] == 0
     n = len(SCENARIOS["merge_logprobs"][0]) + len(SCENARIOS["no_merge"][0])
     assert sql(wh, "SELECT count(*) AS n FROM events WHERE event_type = 'model_request'") == [{"n": n}]
-    assert detect_source(agl1_server.url, agl1_server.key) == "agl1"
+    assert server_source(agl1_server.url, agl1_server.key) == server

@@ -13,7 +13,7 @@ from tracebank.transform import TransformConfig, transform
 from tracebank.transform.config import ENGINES, RULES
 from tracebank.transform.entry import BUILDERS
 from tracebank.transform.errors import TransformUsageError
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 from tests.transform.oracle import scenario

@@ -1,4 +1,6 @@
-"""`tracebank collect`: copy new rollouts and spans from an `agl store` into the warehouse."""
+"""`tracebank collect`: copy new rollouts from an `agl store`, an `agl-server` or a spool into the
+warehouse. It parses the flags into a source and a CollectConfig and prints what the one entry,
+`tracebank.collect.collect`, did."""
 
 from __future__ import annotations
 
@@ -6,12 +8,17 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from tracebank.cli.options import config_option, pass_warehouse
-from tracebank.collect.config import CollectConfig
+from tracebank.collect.config import AGL1_STATUSES, CollectConfig
+from tracebank.collect.sources import VERSIONS
+
+if TYPE_CHECKING:
+    from tracebank.collect import Source
 
 
 @contextmanager
@@ -56,7 +63,8 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
 )
 @click.option(
     "--source",
-    type=click.Choice(["auto", "agl03", "agl1"]),
+    "version",
+    type=click.Choice(VERSIONS),
     default="auto",
     show_default=True,
     help="Agent Lightning version of --store; auto asks the server.",
@@ -64,13 +72,7 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
 @click.option(
     "--agl-key", envvar="AGL_KEY", default="", metavar="KEY", help="API key of an agl-server (or $AGL_KEY)."
 )
-@click.option(
-    "--status",
-    "statuses",
-    multiple=True,
-    metavar="S",
-    help="Rollout status to collect (repeatable; default: succeeded).",
-)
+@config_option(CollectConfig, "statuses", "--status", multiple=True, metavar="S")
 @click.option("--mode", default=None, metavar="M", help="Only rollouts of this mode: train, val or test.")
 @click.option(
     "--rollout-id", "rollout_ids", multiple=True, metavar="ID", help="Only this rollout (repeatable)."
@@ -81,31 +83,11 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
     metavar="T",
     help="Only rollouts started at or after T (ISO date/time, or epoch seconds).",
 )
-@click.option(
-    "--attempts",
-    default="latest",
-    show_default=True,
-    metavar="latest|all",
-    help="Each rollout's latest attempt, or all of its attempts.",
-)
+@config_option(CollectConfig, "attempts", metavar="latest|all")
 @click.option("--tag", default=None, metavar="T", help="A name for this round, kept in the manifest.")
 @click.option("--no-redact", is_flag=True, help="Keep credentials found in span attributes.")
-@click.option(
-    "--concurrency",
-    default=8,
-    show_default=True,
-    type=int,
-    metavar="N",
-    help="Span queries in flight at once.",
-)
-@click.option(
-    "--rows-per-file",
-    default=100_000,
-    show_default=True,
-    type=int,
-    metavar="N",
-    help="Spans per Parquet file (bounds memory on large stores).",
-)
+@config_option(CollectConfig, "concurrency", metavar="N")
+@config_option(CollectConfig, "rows_per_file", metavar="N")
 @config_option(CollectConfig, "connect_timeout_s", type=click.FloatRange(min=0, min_open=True), metavar="S")
 @config_option(CollectConfig, "read_timeout_s", type=click.FloatRange(min=0, min_open=True), metavar="S")
 @click.option(
@@ -135,7 +117,7 @@ def collect(
     wh: Any,
     store_url: str | None,
     spool: str | None,
-    source: str,
+    version: str,
     agl_key: str,
     statuses: tuple[str, ...],
     mode: str | None,
@@ -166,7 +148,6 @@ def collect(
     """
     from tracebank.collect import collect as run_collect
     from tracebank.collect import parse_since, silver_summary
-    from tracebank.collect.agl1_collect import collect_server, collect_spool, detect_source
     from tracebank.collect.errors import CollectUsageError
 
     if rebuild_silver:
@@ -176,15 +157,11 @@ def collect(
         raise CollectUsageError("--collection works only with --rebuild-silver")
     if tag is not None and (not tag.strip() or "\n" in tag or len(tag) > 100):
         raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
-    if store_url is None and spool is None:
-        raise click.UsageError("Missing option '--store'. (Or --spool DIR: an Agent Lightning 1.0 spool.)")
-    if store_url is not None and spool is not None:
-        raise CollectUsageError("give only one of --store URL and --spool DIR")
-    if spool is None and source == "auto":
-        source = detect_source(store_url or "", agl_key)
-    agl1 = spool is not None or source == "agl1"
+    source = _source(store_url, spool, version, agl_key)
+    if source.records == "events" and _defaulted("statuses"):
+        statuses = AGL1_STATUSES
     config = CollectConfig(
-        statuses=tuple(statuses) or (("succeeded", "failed") if agl1 else ("succeeded",)),
+        statuses=tuple(statuses),
         mode=mode,
         rollout_ids=tuple(rollout_ids),
         since=parse_since(since) if since is not None else None,
@@ -198,29 +175,46 @@ def collect(
         read_timeout_s=read_timeout_s,
     ).validate()
     if repair_duplicates:
-        from tracebank.collect.collector import new_collection_id
-        from tracebank.collect.repair import repair_duplicates as repair
-
-        repaired = repair(wh, new_collection_id, on_wait=lambda note: click.echo(note, err=True))
-        for old, new in repaired.replaced:
-            click.echo(
-                f"repaired {old}: " + (f"replaced by {new}" if new else "held only duplicates, retired")
-            )
-        click.echo(repaired.summary())
-    if spool is not None:
-        result = collect_spool(Path(spool), wh, config)
-    elif agl1:
-        result, _ = collect_server(store_url or "", wh, config, key=agl_key)
-    else:
-        with _progress_bar(sys.stderr.isatty()) as progress:
-            result = run_collect(
-                store_url, wh, config, progress=progress, on_wait=lambda note: click.echo(note, err=True)
-            )
+        _repair(wh)
+    with _progress_bar(sys.stderr.isatty()) as progress:
+        result = run_collect(
+            source, wh, config, progress=progress, on_wait=lambda note: click.echo(note, err=True)
+        )
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     click.echo(result.summary())
     if result.silver is not None:
         click.echo(f"silver: {silver_summary(result.silver)}")
+
+
+def _defaulted(param: str) -> bool:
+    """Whether the command's ``param`` was left at its default (not given on the command line)."""
+    return click.get_current_context().get_parameter_source(param) is ParameterSource.DEFAULT
+
+
+def _source(store_url: str | None, spool: str | None, version: str, key: str) -> Source:
+    """The source ``--store`` / ``--spool`` name."""
+    from tracebank.collect import SpoolSource, server_source
+    from tracebank.collect.errors import CollectUsageError
+
+    if store_url is None and spool is None:
+        raise click.UsageError("Missing option '--store'. (Or --spool DIR: an Agent Lightning 1.0 spool.)")
+    if store_url is not None and spool is not None:
+        raise CollectUsageError("give only one of --store URL and --spool DIR")
+    if spool is not None:
+        return SpoolSource(Path(spool))
+    return server_source(store_url or "", key, version)
+
+
+def _repair(wh: Any) -> None:
+    """``--repair-duplicates``: keep one copy of every attempt stored twice, and say what changed."""
+    from tracebank.collect.batch import new_collection_id
+    from tracebank.collect.repair import repair_duplicates
+
+    repaired = repair_duplicates(wh, new_collection_id, on_wait=lambda note: click.echo(note, err=True))
+    for old, new in repaired.replaced:
+        click.echo(f"repaired {old}: " + (f"replaced by {new}" if new else "held only duplicates, retired"))
+    click.echo(repaired.summary())
 
 
 def _rebuild(wh: Any, store_url: str | None, collections: tuple[str, ...]) -> None:
