@@ -20,6 +20,37 @@ ROOT = Path(__file__).resolve().parents[2]
 TRACEBANK = [sys.executable, "-m", "tracebank.cli.main"]
 
 
+def fill_spool(folder: Path, n: int, prefix: str = "r") -> list[str]:
+    """``n`` succeeded 1.0 rollouts (three large model calls each) in the spool ``folder``, as the
+    hook writes them; their ids, ``<prefix>0000`` on."""
+    from tracebank.collect.agl1_hook import spool_entry, write_entry
+
+    from tests.fixtures.agl1_server import model_request
+
+    events = [
+        {
+            "event_type": "model_request",
+            "rollout_id": "x",
+            "attempt_id": "0",
+            "timestamp": 1.0 + i,
+            "data": data,
+        }
+        for i, data in enumerate(model_request(list(range(2000)), list(range(300))) for _ in range(3))
+    ]
+    ids = []
+    for i in range(n):
+        rid = f"{prefix}{i:04d}"
+        rollout = {
+            "rollout_id": rid,
+            "is_train": True,
+            "input": {"i": i},
+            "status": {"state": "succeeded", "last_attempt_id": "0"},
+        }
+        write_entry(folder, spool_entry(rollout, {"0": events}, "hook", True), durable=False)
+        ids.append(rid)
+    return ids
+
+
 def client(url: str) -> Any:
     from agentlightning.store.client_server import LightningStoreClient
 

@@ -10,14 +10,15 @@ import time
 
 import pytest
 from tracebank.collect import Agl1ServerSource, SpoolSource, agl1_read, collect, server_source
-from tracebank.collect.agl1_hook import spool_entry, write_entry
+from tracebank.collect.agl1_rest import Agl1Rest, spool_from_server
 from tracebank.collect.agl1_spool import spool_files
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.silver import build_silver
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
 
-from tests.fixtures.agl1_server import SCENARIOS, model_request, play_scenario
+from tests.collect.helpers import fill_spool
+from tests.fixtures.agl1_server import SCENARIOS, play_scenario
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 
 BOTH = CollectConfig(statuses=("succeeded", "failed"))
@@ -73,31 +74,6 @@ def test_rerun_after_a_commit_whose_spool_cleanup_died(agl1_round, wh, tmp_path,
     ]
 
 
-def _big_spool(folder, n: int) -> list[str]:
-    events = [
-        {
-            "event_type": "model_request",
-            "rollout_id": "x",
-            "attempt_id": "0",
-            "timestamp": 1.0 + i,
-            "data": data,
-        }
-        for i, data in enumerate(model_request(list(range(2000)), list(range(300))) for _ in range(3))
-    ]
-    ids = []
-    for i in range(n):
-        rid = f"r{i:04d}"
-        rollout = {
-            "rollout_id": rid,
-            "is_train": True,
-            "input": {"i": i},
-            "status": {"state": "succeeded", "last_attempt_id": "0"},
-        }
-        write_entry(folder, spool_entry(rollout, {"0": events}, "hook", True), durable=False)
-        ids.append(rid)
-    return ids
-
-
 KILLER = """
 import sys
 from pathlib import Path
@@ -111,7 +87,7 @@ collect(SpoolSource(Path(sys.argv[1])), Warehouse(Path(sys.argv[2])), CollectCon
 @pytest.mark.parametrize("delay", [0.0, 0.4, 0.9, 1.5, 3.0])
 def test_collect_killed_mid_spool_and_rerun_loses_and_duplicates_nothing(tmp_path, delay):
     spool, root = tmp_path / "spool", tmp_path / "wh"
-    ids = _big_spool(spool, 150)
+    ids = fill_spool(spool, 150)
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLER, str(spool), str(root)], stdout=subprocess.PIPE, text=True
     )
@@ -176,3 +152,32 @@ def test_collect_from_a_live_server_over_rest(agl1_server, wh):
     n = len(SCENARIOS["merge_logprobs"][0]) + len(SCENARIOS["no_merge"][0])
     assert sql(wh, "SELECT count(*) AS n FROM events WHERE event_type = 'model_request'") == [{"n": n}]
     assert server_source(agl1_server.url, agl1_server.key) == server
+
+
+def test_the_same_attempt_in_two_spool_files_is_committed_once(wh, tmp_path):
+    spool = tmp_path / "spool"
+    (rid,) = fill_spool(spool, 1)
+    (path,) = spool_files(spool)
+    shutil.copy(path, spool / f"copy-{path.name}")  # e.g. a spool folder copied back in by hand
+    result = collect(SpoolSource(spool), wh)
+    assert result.counts["attempts"] == result.counts["rollouts"] == 1
+    attempts = sql(wh, "SELECT rollout_id, count(*) AS n FROM attempts GROUP BY 1")
+    assert attempts == [{"rollout_id": rid, "n": 1}]
+    assert sql(wh, "SELECT count(*) AS n FROM events") == [{"n": 3}]
+    assert spool_files(spool) == []  # both copies are in the warehouse now
+
+
+def test_a_spool_skips_what_a_server_collect_committed(agl1_server, wh, tmp_path):
+    for rid in ("both0", "both1"):
+        agl1_server.create_rollout("scenario:no_merge", rid)
+        agl1_server.set_state(rid, "running", attempt_id="0")
+        play_scenario(agl1_server, rid, "0", "no_merge")
+        agl1_server.set_state(rid, "succeeded")
+    hook_spool = tmp_path / "hook-spool"  # what the trainer's hook spooled of the same rollouts
+    assert spool_from_server(Agl1Rest(agl1_server.url, agl1_server.key), hook_spool).spooled == 2
+    assert collect(Agl1ServerSource(agl1_server.url, agl1_server.key), wh).counts["rollouts"] == 2
+    from_spool = collect(SpoolSource(hook_spool), wh)
+    assert not from_spool.committed and from_spool.counts["skipped"] == 2
+    assert spool_files(hook_spool) == []
+    attempts = sql(wh, "SELECT count(*) AS n, count(DISTINCT rollout_id) AS d FROM attempts")
+    assert attempts == [{"n": 2, "d": 2}]

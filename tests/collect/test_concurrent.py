@@ -1,4 +1,5 @@
-"""Two collects of one store into one warehouse at once archive each attempt once (issue 12, point 2)."""
+"""Two collects into one warehouse at once archive each attempt once (issue 12, point 2), whatever
+their sources (issue 17)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tracebank.warehouse import catalog
 from tracebank.warehouse.claims import Owner, release, try_claim
 from tracebank.warehouse.query import run_sql
 
-from tests.collect.helpers import fill_url
+from tests.collect.helpers import fill_spool, fill_url, start_cli
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +117,49 @@ def test_duplicates_from_an_older_warehouse_are_reported_and_repaired(store_url,
     assert counts["n"] == counts["ds"]
     again = run("--no-silver")
     assert "stored more than once" not in again.stderr
+
+
+def _wait_note(stream) -> str:
+    """The first line of a collect's stderr that says whom it waits for ('' if it never did)."""
+    for line in stream:
+        if line.startswith("waiting for "):
+            return line.strip()
+    return ""
+
+
+def test_a_spool_collect_and_a_store_collect_at_once_take_turns(filled_store, wh, tmp_path):
+    """Every source takes the one collect claim: a 1.0 spool and a 0.3 store collected into one
+    warehouse at once commit one after the other, and no attempt is stored twice."""
+    import datetime as dt
+
+    from tracebank.collect.agl1_spool import spool_files
+
+    spool = tmp_path / "spool"
+    spooled = fill_spool(spool, 40, prefix="spool")
+    me = Owner.current()
+    test = Owner(me.pid, me.host, me.start, "the test")
+    path = collect_claim(wh.init())
+    assert try_claim(path, test) is None  # both collects start while the warehouse is taken
+    base = ["--warehouse", str(wh.root), "collect", "--no-silver"]
+    procs = [start_cli(*base, "--store", filled_store), start_cli(*base, "--spool", str(spool))]
+    try:
+        notes = [_wait_note(proc.stderr) for proc in procs]
+    finally:
+        release(path, test)
+    assert notes == [f"waiting for the test (pid {me.pid} on {me.host}) to finish with this warehouse"] * 2
+    outs = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    assert all(out.startswith("collected c") for out, _ in outs), outs
+
+    manifests = [m for _, m in catalog.collections(wh)]
+    first, second = sorted(manifests, key=lambda m: dt.datetime.fromisoformat(m.created_at))
+    # A collect creates its collection once it holds the claim and lets go only after committing.
+    assert dt.datetime.fromisoformat(first.finished_at) <= dt.datetime.fromisoformat(second.created_at)
+    assert sorted([first.source or "agl03", second.source or "agl03"]) == ["agl03", "agl1"]
+    counts = run_sql(
+        wh,
+        "SELECT count(*) n, count(DISTINCT (rollout_id, attempt_id)) pairs, "
+        "count(*) FILTER (WHERE rollout_id LIKE 'spool%') spooled FROM attempts",
+    ).to_pylist()[0]
+    assert counts == {"n": 120 + len(spooled), "pairs": 120 + len(spooled), "spooled": len(spooled)}
+    assert spool_files(spool) == [] and not collect_claim(wh).exists()
