@@ -10,6 +10,7 @@ sees any of it, so a run killed at any point leaves the warehouse as it was.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import secrets
 from collections.abc import Callable
@@ -177,6 +178,7 @@ class Batch:
         self.noted[name] = self.noted.get(name, 0) + count
 
     def warn(self, text: str) -> None:
+        """A warning of the source's own, for the manifest and the caller."""
         self.source_warnings.append(text)
 
     def on_commit(self, action: Callable[[], object]) -> None:
@@ -192,8 +194,6 @@ class Batch:
 
     async def write(self) -> list[FileEntry]:
         """Write what is left and the whole-table files; their manifest entries, in file order."""
-        import asyncio
-
         span_files = await self.spans.finish()
         if not self.attempts:
             return span_files
@@ -214,6 +214,7 @@ class Batch:
         await self.spans.abandon()
 
     def counts(self) -> dict[str, int]:
+        """What the run saw and took, as the manifest records it (0.3 and 1.0 keep their keys)."""
         counts = {"rollouts": len(self.rollouts), "attempts": len(self.attempts), "spans": self.spans.rows}
         if self.records == "events":
             counts["events"] = len(self.events)
@@ -226,6 +227,7 @@ class Batch:
         return counts | self.noted
 
     def warnings(self) -> list[str]:
+        """Every warning of the run, in the one wording for all sources."""
         out = []
         if self._repeats:
             out.append(

@@ -1,4 +1,5 @@
-"""The store collect reads: a URL (through LightningStoreClient) or a LightningStore object.
+"""A client of the 0.3 store a ``sources.StoreSource`` names: a URL (through LightningStoreClient)
+or a LightningStore object.
 
 Both are driven through the same LightningStore methods; this module adds what
 the client leaves to its caller: a fast reachability check, retries with
