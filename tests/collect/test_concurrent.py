@@ -127,13 +127,14 @@ def _wait_note(stream) -> str:
     return ""
 
 
-def test_a_spool_collect_and_a_store_collect_at_once_take_turns(filled_store, wh, tmp_path):
+def test_a_spool_collect_and_a_store_collect_at_once_take_turns(fresh_store_url, wh, tmp_path):
     """Every source takes the one collect claim: a 1.0 spool and a 0.3 store collected into one
     warehouse at once commit one after the other, and no attempt is stored twice."""
     import datetime as dt
 
     from tracebank.collect.agl1_spool import spool_files
 
+    stored = fill_url(fresh_store_url, 60, seed=41)
     spool = tmp_path / "spool"
     spooled = fill_spool(spool, 40, prefix="spool")
     me = Owner.current()
@@ -141,7 +142,7 @@ def test_a_spool_collect_and_a_store_collect_at_once_take_turns(filled_store, wh
     path = collect_claim(wh.init())
     assert try_claim(path, test) is None  # both collects start while the warehouse is taken
     base = ["--warehouse", str(wh.root), "collect", "--no-silver"]
-    procs = [start_cli(*base, "--store", filled_store), start_cli(*base, "--spool", str(spool))]
+    procs = [start_cli(*base, "--store", fresh_store_url), start_cli(*base, "--spool", str(spool))]
     try:
         notes = [_wait_note(proc.stderr) for proc in procs]
     finally:
@@ -161,5 +162,6 @@ def test_a_spool_collect_and_a_store_collect_at_once_take_turns(filled_store, wh
         "SELECT count(*) n, count(DISTINCT (rollout_id, attempt_id)) pairs, "
         "count(*) FILTER (WHERE rollout_id LIKE 'spool%') spooled FROM attempts",
     ).to_pylist()[0]
-    assert counts == {"n": 120 + len(spooled), "pairs": 120 + len(spooled), "spooled": len(spooled)}
+    total = len(stored) + len(spooled)
+    assert counts == {"n": total, "pairs": total, "spooled": len(spooled)}
     assert spool_files(spool) == [] and not collect_claim(wh).exists()
