@@ -31,8 +31,9 @@ from tracebank.loop.errors import LoopUsageError
 from tracebank.loop.result import RoundResult
 from tracebank.loop.round import serve_round
 from tracebank.loop.servers import next_model_path
-from tracebank.events import IterationStarted, OnEvent
 from tracebank.warehouse.location import Warehouse
+
+from tracebank.events import IterationStarted, OnEvent
 
 CLASS_NAMES = ("WarehouseSupervisedFinetuning",)
 

@@ -31,6 +31,8 @@ from tracebank.loop.errors import LoopUsageError
 from tracebank.loop.result import RoundResult
 from tracebank.loop.servers import check_model_dir, launch, served_name
 from tracebank.loop.store_protocol import check_store, enqueue, settle_spans, wait_for_rollouts
+from tracebank.warehouse.location import Warehouse
+
 from tracebank.events import (
     OnEvent,
     ProxyReady,
@@ -38,7 +40,6 @@ from tracebank.events import (
     ServerReady,
     ServerStarting,
 )
-from tracebank.warehouse.location import Warehouse
 
 
 def _check_proxy(proxy: Any) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from tracebank.loop.config import RoundConfig
 from tracebank.loop.errors import RoundTimeoutError
+
 from tracebank.events import OnEvent, RolloutProgress
 
 TERMINAL = ("succeeded", "failed", "cancelled")

@@ -7,7 +7,6 @@ import itertools
 import re
 
 from tracebank import events as ev
-
 from tracebank.cli.progress import Progress
 
 ROUND = [

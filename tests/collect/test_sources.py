@@ -16,7 +16,7 @@ from tracebank.collect import (
 from tracebank.collect.errors import CollectUsageError
 from tracebank.collect.sources import as_source
 from tracebank.warehouse import catalog
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 
 from tests.collect.helpers import fill_url
 from tracebank.cli.main import cli

@@ -10,11 +10,11 @@ import pytest
 from tracebank.train import TrainConfig, TrainError, train
 from tracebank.warehouse import catalog
 from tracebank.warehouse.errors import CorruptFileError, NotFoundError
-from tracebank.events import ChildStarted, Event, TrainBegin
 from tracebank.warehouse.location import Warehouse
 
 from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
 from tests.train.conftest import FAST
+from tracebank.events import ChildStarted, Event, TrainBegin
 
 
 @pytest.fixture

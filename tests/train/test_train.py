@@ -7,11 +7,11 @@ import json
 import pytest
 from tracebank.train import TrainConfig, train
 from tracebank.warehouse import catalog
-from tracebank.events import Event, MetricLogged
 from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.datasets import QA_PAIRS, SYSTEM, chat_row, write_dataset
 from tests.train.conftest import FAST
+from tracebank.events import Event, MetricLogged
 
 
 @pytest.fixture(scope="module")

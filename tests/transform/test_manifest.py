@@ -7,10 +7,10 @@ import pytest
 from tracebank.transform import TransformConfig, transform
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.warehouse import catalog, schemas
-from tracebank.warehouse.storage import verify_hashes
 from tracebank.warehouse.errors import NotFoundError
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
+from tracebank.warehouse.storage import verify_hashes
 
 from tests.transform.oracle import scenario_warehouse
 

@@ -8,12 +8,11 @@ import textwrap
 import pyarrow as pa
 import pytest
 from tracebank.warehouse import catalog
-from tracebank.warehouse.layout import TMP_MARK
-from tracebank.warehouse.storage import verify_hashes
 from tracebank.warehouse.errors import CorruptFileError, WarehouseError
+from tracebank.warehouse.layout import TMP_MARK
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, FileEntry
-from tracebank.warehouse.storage import Storage, read_manifest
+from tracebank.warehouse.storage import Storage, read_manifest, verify_hashes
 
 
 def _commit_collection(wh: Warehouse, cid: str, n: int) -> None:

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from tracebank.collect.silver import build_silver
 from tracebank.warehouse.claims import Owner, try_claim, warehouse_claim
 from tracebank.warehouse.errors import CorruptFileError
-from tracebank.warehouse.mirror import MirrorStore
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.mirror import MirrorStore
 from tracebank.warehouse.storage import Storage, files_of
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
