@@ -32,6 +32,9 @@ from tracebank.train.model_card import PROVENANCE_FILE, write_model_card, writte
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
 from tracebank.warehouse.claims import Claim, Owner, output_claim, release, try_claim
 from tracebank.warehouse.errors import TracebankError
+from tracebank.warehouse.layout import scratch_key, staging_dir
+from tracebank.warehouse.location import Warehouse
+
 from tracebank.events import (
     Metric,
     OnEvent,
@@ -40,8 +43,6 @@ from tracebank.events import (
     RunStarted,
     event_from_dict,
 )
-from tracebank.warehouse.layout import scratch_key, staging_dir
-from tracebank.warehouse.location import Warehouse
 
 KILL_GRACE_S = 5.0
 
