@@ -195,7 +195,16 @@ class Claim:
             if held_by is not None and held_by.same_process(owner):
                 if gen not in gens.released:
                     self.store.put(self._gen_key(gen, layout.CLAIM_RELEASED), b"")
+                self._forget_before(gen)
                 return
+
+    def _forget_before(self, gen: int) -> None:
+        """Delete the generations older than ``gen``: every claimer already counts from ``gen`` up
+        (the newest is never deleted here, so no claimer can be handed a number twice)."""
+        for f in self.store.walk(self.key):
+            number = f.path.rpartition("/")[2].partition(".")[0]
+            if number.isdigit() and int(number) < gen:
+                self.store.delete(f.path)
 
     def clear_if_free(self, older_than: float) -> list[str]:
         """Delete every generation once nobody holds the claim and none was written for

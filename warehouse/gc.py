@@ -109,7 +109,7 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def _settle_runs(wh: Warehouse, sweep: _Sweeper) -> set[str]:
+def _settle_runs(wh: Warehouse, sweep: _Sweeper, min_age_s: float) -> set[str]:
     """Write runs whose process is gone as failed; the ids of runs still running."""
     storage = Storage(wh)
     running: set[str] = set()
@@ -128,18 +128,20 @@ def _settle_runs(wh: Warehouse, sweep: _Sweeper) -> set[str]:
             sweep.report.runs_failed.append(run_id)
             if not sweep.dry_run:
                 storage.write_run(dataclasses.replace(settled, finished_at=_now()))
-        _sweep_run_leftovers(wh, run_id, record.output_dir, sweep)
+        _sweep_run_leftovers(wh, run_id, record.output_dir, sweep, min_age_s)
     return running
 
 
-def _sweep_run_leftovers(wh: Warehouse, run_id: str, output_dir: str, sweep: _Sweeper) -> None:
+def _sweep_run_leftovers(
+    wh: Warehouse, run_id: str, output_dir: str, sweep: _Sweeper, min_age_s: float
+) -> None:
     """A finished or dead run's scratch, staging model, half-replaced old output and claim."""
     out = Path(output_dir)
     sweep.remove_path(layout.staging_dir(out, run_id))
     for old in out.parent.glob(f".{out.name}.old-*") if out.parent.is_dir() else ():
         sweep.remove_path(old)
     if out.parent.is_dir() and not sweep.dry_run:
-        output_claim(out).clear_if_free(older_than=0.0)
+        output_claim(out).clear_if_free(older_than=min_age_s)
     sweep.remove_path(wh.root / layout.scratch_key(run_id))
 
 
@@ -203,7 +205,7 @@ def gc(wh: Warehouse, min_age_s: float = DEFAULT_MIN_AGE_S, dry_run: bool = Fals
     wh.check_format()
     sweep = _Sweeper(wh, dry_run)
     now = time.time()
-    running = _settle_runs(wh, sweep)
+    running = _settle_runs(wh, sweep, min_age_s)
     _sweep_tmp(wh, running, sweep, now, min_age_s)
     _sweep_commit_folders(wh, sweep, now, min_age_s)
     _sweep_claims(wh, sweep, min_age_s)

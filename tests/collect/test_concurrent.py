@@ -50,7 +50,7 @@ def test_two_collect_runs_at_once_store_everything_once(filled_store, wh):
     ).to_pylist()[0]
     assert counts["n"] == counts["spans"] and counts["r"] == counts["dr"] == 120
     assert len(catalog.collections(wh)) == 1
-    assert not collect_claim(wh).exists()
+    assert collect_claim(wh).holder() is None
 
 
 def test_a_collect_waits_for_one_holding_the_warehouse_and_says_so(filled_store, wh):
@@ -164,4 +164,4 @@ def test_a_spool_collect_and_a_store_collect_at_once_take_turns(fresh_store_url,
     ).to_pylist()[0]
     total = len(stored) + len(spooled)
     assert counts == {"n": total, "pairs": total, "spooled": len(spooled)}
-    assert spool_files(spool) == [] and not collect_claim(wh).exists()
+    assert spool_files(spool) == [] and collect_claim(wh).holder() is None

@@ -127,3 +127,13 @@ def test_only_one_of_many_racing_processes_wins(tmp_path):
     for p in procs:
         p.join(timeout=60)
     assert sorted(wins) == [False] * 5 + [True]
+
+
+def test_a_release_keeps_only_the_newest_generation(claim):
+    me = Owner.current("collect")
+    for _ in range(3):
+        assert try_claim(claim, me) is None
+        release(claim, me)
+    names = sorted(f.path.rpartition("/")[2] for f in claim.store.walk(claim.key))
+    assert names == ["0000000003", "0000000003.released"]
+    assert try_claim(claim, me) is None and _holder_record(claim)["what"] == "collect"
