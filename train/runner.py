@@ -72,9 +72,9 @@ def _check_output(output: Path, overwrite: bool, wh: Warehouse) -> None:
             )
 
 
-def _claim_output(output: Path, owner: Owner) -> Claim:
+def _claim_output(wh: Warehouse, output: Path, owner: Owner) -> Claim:
     """Claim ``output`` for this run, so two trains with the same --output cannot both publish."""
-    path = output_claim(output)
+    path = output_claim(wh, output)
     holder = try_claim(path, owner)
     if holder is not None:
         raise TrainError(
@@ -269,7 +269,7 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
 
     run_id = new_run_id(version.ref.name)
     owner = Owner.current(f"train run {run_id}")
-    claim = _claim_output(output, owner)
+    claim = _claim_output(wh, output, owner)
     record = RunRecord(
         run_id=run_id,
         status="running",

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tracebank.warehouse import layout
-from tracebank.warehouse.bytestore import ByteStore, LocalStore, RemoteStore
+from tracebank.warehouse.bytestore import ByteStore, RemoteStore
 from tracebank.warehouse.errors import WarehouseError
 from tracebank.warehouse.location import Warehouse
 
@@ -226,10 +226,9 @@ def warehouse_claim(wh: Warehouse, name: str) -> Claim:
     return Claim(store, layout.claim_key(name))
 
 
-def output_claim(output: Path) -> Claim:
-    """The claim that lets only one run at a time write the model folder ``output``."""
-    parent, key = layout.output_claim_key(output)
-    return Claim(LocalStore(parent), key)
+def output_claim(wh: Warehouse, output: Path) -> Claim:
+    """The claim that lets only one run at a time (of this warehouse) write the model folder ``output``."""
+    return Claim(wh.store, layout.output_claim_key(output))
 
 
 def try_claim(claim: Claim, owner: Owner) -> Owner | None:

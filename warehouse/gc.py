@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tracebank.warehouse import layout
 from tracebank.warehouse.bytestore import StoredFile
-from tracebank.warehouse.claims import Claim, output_claim
+from tracebank.warehouse.claims import Claim
 from tracebank.warehouse.errors import CorruptFileError
 from tracebank.warehouse.layout import CommitFolder
 from tracebank.warehouse.location import Warehouse
@@ -140,8 +140,6 @@ def _sweep_run_leftovers(
     sweep.remove_path(layout.staging_dir(out, run_id))
     for old in out.parent.glob(f".{out.name}.old-*") if out.parent.is_dir() else ():
         sweep.remove_path(old)
-    if out.parent.is_dir() and not sweep.dry_run:
-        output_claim(out).clear_if_free(older_than=min_age_s)
     sweep.remove_path(wh.root / layout.scratch_key(run_id))
 
 

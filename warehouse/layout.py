@@ -19,6 +19,7 @@ one classifier of keys into the commit folders they belong to (gc and verify use
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -154,6 +155,8 @@ def staging_dir(output: Path, run_id: str) -> Path:
     return output.parent / f".{output.name}{TMP_MARK}{run_id}"
 
 
-def output_claim_key(output: Path) -> tuple[Path, str]:
-    """The folder and key of the claim that lets one run at a time write ``output``."""
-    return output.parent, f".{output.name}.claim"
+def output_claim_key(output: Path) -> str:
+    """The key of the claim that lets one run at a time write the model folder ``output``: kept in
+    the warehouse with its other claims (nothing is left beside the model), named by the path."""
+    digest = hashlib.sha256(str(output.resolve()).encode()).hexdigest()[:16]
+    return f"{CLAIMS}/output-{digest}"

@@ -103,7 +103,8 @@ def test_two_trains_with_the_same_output_cannot_both_win(wh, tmp_path, tiny_mode
     assert second["error"].one_line().startswith(held)
     assert json.loads((output / PROVENANCE_FILE).read_text())["run_id"] == winner.run_id
     assert [r.status for _, r in catalog.runs(wh)] == ["succeeded"]  # the loser started no run
-    assert output_claim(output).holder() is None  # released: the next run may write it
+    assert output_claim(wh, output).holder() is None  # released: the next run may write it
+    assert not (tmp_path / ".model.claim").exists()
 
 
 def _start_cli_train(wh, tmp_path, tiny_model):

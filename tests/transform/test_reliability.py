@@ -21,7 +21,7 @@ def test_deleted_silver_file_during_transform_is_one_line_with_the_rebuild_silve
     out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "transform", "--name", "ds"])
     assert out.exit_code == 1
     (line,) = out.stderr.splitlines()
-    assert line.startswith(f"Error: unreadable Parquet file {calls}: ")
+    assert line.startswith(f"Error: committed file {calls} is missing")
     assert line.endswith("(rebuild it with `tracebank collect --rebuild-silver --collection c1`)")
     args = ["--warehouse", str(wh.root)]
     rebuilt = CliRunner().invoke(cli, [*args, "collect", "--rebuild-silver", "--collection", "c1"])

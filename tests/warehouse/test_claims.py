@@ -100,10 +100,16 @@ def test_clear_if_free_leaves_a_held_claim_and_removes_a_free_one(tmp_path):
     assert not (tmp_path / "wh" / "claims" / "x").exists()
 
 
-def test_an_output_claim_lives_beside_the_output(tmp_path):
-    claim = output_claim(tmp_path / "models" / "m1")
+def test_an_output_claim_lives_in_the_warehouse_named_by_the_path(tmp_path):
+    from tracebank.warehouse.location import Warehouse
+
+    wh = Warehouse(tmp_path / "wh").init()
+    claim = output_claim(wh, tmp_path / "models" / "m1")
     assert try_claim(claim, Owner.current("train")) is None
-    assert (tmp_path / "models" / ".m1.claim" / "0000000001").is_file()
+    assert (
+        try_claim(output_claim(wh, tmp_path / "models" / ".." / "models" / "m1"), Owner.current()) is not None
+    )
+    assert claim.key.startswith("claims/output-") and not (tmp_path / "models").exists()
 
 
 def _race(root: str, start: float, results) -> None:
