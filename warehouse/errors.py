@@ -6,6 +6,8 @@ them into one-line messages and exit codes.
 
 from __future__ import annotations
 
+import warnings
+
 
 class TracebankError(Exception):
     """Base of every error tracebank reports to a user.
@@ -46,3 +48,12 @@ class NotFoundError(WarehouseError):
 
 class QueryError(TracebankError):
     """A SQL statement that is refused or fails."""
+
+
+class DamageWarning(UserWarning):
+    """Something in the warehouse is damaged or missing, and was left out of what is shown."""
+
+
+def warn_damage(message: str) -> None:
+    """Say (once per message; the CLI prints it as one ``Warning:`` line) what was left out and why."""
+    warnings.warn(DamageWarning(message), stacklevel=2)

@@ -8,6 +8,7 @@ ever opened.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -16,10 +17,16 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 from tracebank.warehouse import catalog, schemas
-from tracebank.warehouse.errors import CorruptFileError, QueryError
+from tracebank.warehouse.contract import SILVER_VERSION
+from tracebank.warehouse.errors import CorruptFileError, QueryError, TracebankError, warn_damage
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry, Manifest
 from tracebank.warehouse.storage import Storage, entry_paths
+
+#: How much memory one SQL connection may use before DuckDB spills or fails (one line, not an OOM).
+DEFAULT_MEMORY_LIMIT = "2GB"
+#: Overrides DEFAULT_MEMORY_LIMIT (DuckDB's syntax: ``4GB``, ``512MB``).
+MEMORY_LIMIT_VARIABLE = "TRACEBANK_SQL_MEMORY_LIMIT"
 
 READ_ONLY_TYPES = {"SELECT", "EXPLAIN"}  # EXPLAIN of a SELECT; see _statement_kind
 
@@ -81,13 +88,18 @@ def _select_all(name: str) -> str:
 
 
 def _view_over_files(con: duckdb.DuckDBPyConnection, name: str, files: list[Path], schema: pa.Schema) -> None:
-    if files:
+    """A view over ``files``; a file DuckDB cannot read turns only this table into one that
+    fails, naming the file, when it is read (the other tables stay readable)."""
+    if not files:
+        _view_over_arrow(con, name, schema.empty_table())
+        return
+    try:
         con.execute(
             f"CREATE VIEW {name} AS {_select_all(name)} "
             f"FROM read_parquet({_sql_list(files)}, union_by_name = true)"
         )
-    else:
-        _view_over_arrow(con, name, schema.empty_table())
+    except duckdb.Error as exc:
+        _damaged_view(con, name, schema, [f"unreadable Parquet file: {_first_line(exc)}"])
 
 
 def _internal_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> str:
@@ -201,11 +213,15 @@ def _dataset_rows_view(con: duckdb.DuckDBPyConnection, wh: Warehouse, check: boo
         _view_over_arrow(con, "dataset_rows", empty.empty_table())
         return []
     files = _internal_table(con, "dataset_files", pa.table(keys))
-    con.execute(
-        "CREATE VIEW dataset_rows AS SELECT f.dataset, f.version, f.split, r.* EXCLUDE (filename) "
-        f"FROM read_parquet({_sql_list(keys['filename'])}, filename = true, union_by_name = true) r "
-        f"JOIN {files} f USING (filename)"
-    )
+    try:
+        con.execute(
+            "CREATE VIEW dataset_rows AS SELECT f.dataset, f.version, f.split, r.* EXCLUDE (filename) "
+            f"FROM read_parquet({_sql_list(keys['filename'])}, filename = true, union_by_name = true) r "
+            f"JOIN {files} f USING (filename)"
+        )
+    except duckdb.Error as exc:
+        _damaged_view(con, "dataset_rows", empty, [f"unreadable Parquet file: {_first_line(exc)}"])
+        return []
     return keys["filename"]
 
 
@@ -290,6 +306,7 @@ def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> 
     wh.check_format()
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")  # timestamps print the same on every machine
+    _limit_resources(con, wh)
     con.execute(f"CREATE SCHEMA {INTERNAL}")
     damaged: dict[str, list[str]] = {}
     collections = catalog.collections(wh)
@@ -297,6 +314,7 @@ def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> 
     # Silver of a collection whose manifest is gone is not shown: its bronze no longer exists.
     collection_ids = {folder.name for folder, _ in collections}
     caches = [(folder, m) for folder, m in catalog.silver_caches(wh) if folder.name in collection_ids]
+    _warn_missing_silver(collection_ids, caches, only)
     silver = _files_by_table(caches, check, damaged, only)
     for name, schema in (*schemas.BRONZE.items(), *schemas.SILVER.items()):
         if name in damaged:
@@ -316,6 +334,32 @@ def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> 
     readable = [str(p) for files in (*bronze.values(), *silver.values()) for p in files] + gold
     lock_down(con, readable)
     return con
+
+
+def _warn_missing_silver(
+    collection_ids: set[str], caches: list[tuple[Path, Manifest]], only: set[str] | None
+) -> None:
+    """Say which committed collections the silver tables leave out (never built, or built by
+    another SILVER_VERSION), instead of letting them read as zero rows."""
+    if only is not None and not only & set(schemas.SILVER):
+        return
+    current = {folder.name for folder, m in caches if getattr(m, "silver_version", None) == SILVER_VERSION}
+    missing = sorted(collection_ids - current)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        warn_damage(
+            f"the silver tables (llm_calls, rewards, messages) leave out collection {missing[0]}{more}: "
+            "its silver cache is missing or stale; the next `tracebank collect` rebuilds it "
+            f"(or now: `tracebank collect --rebuild-silver --collection {missing[0]}`)"
+        )
+
+
+def _limit_resources(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
+    """A memory cap (DuckDB's default is 80% of RAM) and a spill folder in the warehouse's scratch,
+    never the working directory (``./.tmp``, readable by whoever shares it)."""
+    spill = wh.tmp_dir / f"duckdb-{os.getpid()}"
+    con.execute("SET memory_limit = ?", [os.environ.get(MEMORY_LIMIT_VARIABLE) or DEFAULT_MEMORY_LIMIT])
+    con.execute("SET temp_directory = ?", [str(spill)])
 
 
 def lock_down(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
@@ -372,6 +416,25 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def duckdb_error(exc: duckdb.Error) -> TracebankError:
+    """What a DuckDB failure over the warehouse views means, as one of tracebank's errors: a
+    damaged view names its file; a refused file or setting is the sandbox; the rest is the query."""
+    message = _first_line(exc)
+    if isinstance(exc, duckdb.InvalidInputException):
+        message = message.removeprefix("Invalid Input Error: ")
+        if message.startswith("table ") and ("committed file" in message or "unreadable" in message):
+            return CorruptFileError(message, "run `tracebank verify` to see every damaged file")
+        return QueryError(f"query failed: {_first_line(exc)}")
+    if isinstance(exc, duckdb.PermissionException):
+        return QueryError(
+            f"refused: {message.removeprefix('Permission Error: ')}",
+            "`tracebank sql` reads only the warehouse tables (see `tracebank sql --help`)",
+        )
+    if "parquet" in message.lower() or "magic bytes" in message.lower():
+        return CorruptFileError(f"unreadable Parquet file: {message}")
+    return QueryError(f"query failed: {message}")
+
+
 def run_sql(wh: Warehouse, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
     """Run a read-only statement over the warehouse views and return the result.
 
@@ -381,20 +444,7 @@ def run_sql(wh: Warehouse, sql: str, params: Sequence[Any] | Mapping[str, Any] |
     con = connect(wh, only=tables_read(sql))
     try:
         return con.sql(sql, params=params).to_arrow_table()
-    except duckdb.InvalidInputException as exc:
-        message = _first_line(exc).removeprefix("Invalid Input Error: ")
-        if message.startswith("table ") and "committed file" in message:
-            raise CorruptFileError(message, "run `tracebank verify` to see every damaged file") from exc
-        raise QueryError(f"query failed: {_first_line(exc)}") from exc
-    except duckdb.PermissionException as exc:
-        raise QueryError(
-            f"refused: {_first_line(exc).removeprefix('Permission Error: ')}",
-            "`tracebank sql` reads only the warehouse tables (see `tracebank sql --help`)",
-        ) from exc
     except duckdb.Error as exc:
-        message = _first_line(exc)
-        if "parquet" in message.lower() or "magic bytes" in message.lower():
-            raise CorruptFileError(f"unreadable Parquet file: {message}") from exc
-        raise QueryError(f"query failed: {message}") from exc
+        raise duckdb_error(exc) from exc
     finally:
         con.close()

@@ -14,6 +14,7 @@ older reader that rewrites a run record loses nothing.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import Any, ClassVar, TypeVar, Union
 from tracebank.warehouse.errors import CorruptFileError
 
 R = TypeVar("R", bound="Record")
+#: What a committed file may be called: one name, no separator, no NUL, not hidden.
+PLAIN_NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9._=-]{0,199}\Z")
 
 
 def _type_name(tp: Any) -> str:
@@ -140,10 +143,17 @@ class FileEntry(Record):
     """Hash of the whole file, verified before training."""
     rows: int | None = None
     """Rows in the file (Parquet)."""
+
     table: str | None = None
     """Warehouse table the rows belong to (``spans``, ``llm_calls``, ``dataset_rows`` ...)."""
     split: str | None = None
     """Dataset split (``train``, ``validation``) of a dataset version's file."""
+
+    def __post_init__(self) -> None:
+        # Manifests may come from a shared bucket: a listed path is a plain name inside its
+        # committed folder, never a way to read or write anything else.
+        if not PLAIN_NAME.match(self.path) or self.path in (".", ".."):
+            raise ValueError(f"file entry path {self.path[:80]!r} is not a plain file name")
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in super().to_json().items() if v is not None or k in ("path", "bytes")}

@@ -31,7 +31,7 @@ from tracebank.warehouse.atomic import atomic_path, json_bytes, sha256_file
 from tracebank.warehouse.bytestore import ByteStore
 from tracebank.warehouse.claims import Owner
 from tracebank.warehouse.contract import SILVER_VERSION
-from tracebank.warehouse.errors import CorruptFileError, WarehouseError
+from tracebank.warehouse.errors import CorruptFileError, WarehouseError, warn_damage
 from tracebank.warehouse.location import Warehouse, store_of
 from tracebank.warehouse.records import (
     CollectionManifest,
@@ -134,6 +134,13 @@ def _entry(path: Path, table_name: str, rows: int | None) -> FileEntry:
     )
 
 
+def _unreadable(path: Path, exc: BaseException) -> CorruptFileError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return CorruptFileError(
+        f"unreadable Parquet file {path}: {first}", "restore it, or move its folder out of the warehouse"
+    )
+
+
 def read_table(
     paths: list[Path], columns: list[str] | None = None, schema: pa.Schema | None = None
 ) -> pa.Table:
@@ -147,10 +154,7 @@ def read_table(
         try:
             table = pq.ParquetFile(path, page_checksum_verification=True).read(columns=columns)
         except (OSError, pa.ArrowException) as exc:
-            raise CorruptFileError(
-                f"unreadable Parquet file {path}: {exc}",
-                "restore it, or move its folder out of the warehouse",
-            ) from exc
+            raise _unreadable(path, exc) from exc
         tables.append(table.cast(schema) if schema is not None else table)
     return pa.concat_tables(tables)
 
@@ -158,8 +162,11 @@ def read_table(
 def iter_batches(paths: list[Path], columns: list[str], batch_size: int = 512) -> Iterator[pa.RecordBatch]:
     """The rows of committed Parquet files, batch by batch (memory: a few batches)."""
     for path in paths:
-        parquet = pq.ParquetFile(path, page_checksum_verification=True)
-        yield from parquet.iter_batches(batch_size=batch_size, columns=columns)
+        try:
+            parquet = pq.ParquetFile(path, page_checksum_verification=True)
+            yield from parquet.iter_batches(batch_size=batch_size, columns=columns)
+        except (OSError, pa.ArrowException) as exc:
+            raise _unreadable(path, exc) from exc
 
 
 def parquet_scan_sql(path: Path, row_number: bool = False) -> str:
@@ -171,6 +178,7 @@ def parquet_scan_sql(path: Path, row_number: bool = False) -> str:
 def encode_parquet(table: pa.Table, **options: Any) -> pa.Buffer:
     """``table`` as Parquet bytes in memory, to hash and commit with :meth:`Storage.write_buffer`."""
     sink = pa.BufferOutputStream()
+    options.setdefault("write_page_checksum", True)  # CRCs that the readers verify
     pq.write_table(table, sink, **options)
     return sink.getvalue()
 
@@ -238,7 +246,11 @@ class Storage:
         )
         out = []
         for folder in folders:
-            manifest = parse_manifest(self.store, folder, kind)
+            try:
+                manifest = parse_manifest(self.store, folder, kind)
+            except CorruptFileError as exc:  # hostile or damaged: hides its own commit only
+                warn_damage(f"left out {folder}: {exc.one_line()}")
+                continue
             if manifest is not None:
                 out.append((self.wh.root / folder, manifest))
         return out
@@ -325,7 +337,11 @@ class Storage:
         """Every run record, oldest first; a run is visible from its start."""
         out = []
         for run_id in self.run_ids():
-            record = self.read_run(run_id)
+            try:
+                record = self.read_run(run_id)
+            except CorruptFileError as exc:
+                warn_damage(f"left out run {run_id}: {exc.one_line()}")
+                continue
             if record is not None:
                 out.append((self.wh.run_dir(run_id), record))
         return out
@@ -372,6 +388,7 @@ class Storage:
         The file is hashed as it is written and renamed into place when the block
         ends without an error; ``stream.entry`` is then its manifest entry.
         """
+        options.setdefault("write_page_checksum", True)  # CRCs that the readers verify
         with atomic_path(self.wh.path(f"{self.wh.key(folder)}/{name}")) as tmp, open(tmp, "wb") as fh:
             sink = _HashingFile(fh)
             stream = ParquetStream(pq.ParquetWriter(sink, schema, **options), table_name)

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from tracebank.cli import warn
 from tracebank.cli.options import warehouse_option
 from tracebank.warehouse.errors import TracebankError
 
@@ -28,6 +29,10 @@ class TracebankGroup(click.Group):
     """Runs a command and reports TracebankError as one line (traceback with --debug)."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        with warn.shown_as_lines():
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except TracebankError as exc:
@@ -45,12 +50,28 @@ class TracebankGroup(click.Group):
                 err=True,
             )
             sys.exit(1)
+        except Exception as exc:
+            translated = _reader_error(exc)
+            if translated is None or ctx.meta.get("tracebank.debug"):
+                raise
+            click.echo(f"Error: {translated.one_line()}", err=True)
+            sys.exit(translated.exit_code)
         except KeyboardInterrupt as exc:
             if str(exc) == "SIGTERM":
                 click.echo("Terminated by SIGTERM; nothing partial was committed.", err=True)
                 sys.exit(128 + signal.SIGTERM)
             click.echo("Interrupted; nothing partial was committed.", err=True)
             sys.exit(130)
+
+
+def _reader_error(exc: BaseException) -> TracebankError | None:
+    """A DuckDB failure while a command read the warehouse views (a damaged file), as the
+    warehouse's own error; None for anything else (a bug: its traceback is shown)."""
+    if type(exc).__module__.split(".")[0].lstrip("_") != "duckdb":
+        return None
+    from tracebank.warehouse.query import duckdb_error
+
+    return duckdb_error(exc)  # type: ignore[arg-type]
 
 
 def disk_full(exc: OSError) -> bool:
