@@ -27,9 +27,11 @@ from tracebank.collect.batch import Batch, Progress, committed_attempts
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.sources import Source, as_source
 from tracebank.warehouse.claims import POLL_S, Claim, Owner, release, try_claim, warehouse_claim
+from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.errors import TracebankError
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import SilverManifest
+from tracebank.warehouse.storage import Storage
 
 
 @dataclass
@@ -46,6 +48,9 @@ class CollectResult:
     redaction: dict[str, Any] = field(default_factory=dict)
     silver: SilverManifest | None = None
     """The new collection's silver cache; None when nothing was committed or ``config.silver`` is off."""
+    silver_rebuilt: list[str] = field(default_factory=list)
+    """Earlier collections whose missing or stale silver cache this run built (a `--no-silver`
+    collect, or one killed between its commit and its silver build)."""
 
     @property
     def committed(self) -> bool:
@@ -104,7 +109,25 @@ async def collect_async(
                 f"collection {result.collection_id} is committed, but its silver tables were not built "
                 f"({_why(exc)}); `tracebank transform` builds them"
             )
+    if config.silver:
+        await asyncio.to_thread(_rebuild_missing_silver, wh, result)
     return result
+
+
+def _rebuild_missing_silver(wh: Warehouse, result: CollectResult) -> None:
+    """Build the silver caches earlier collects left missing or stale, so `sql` and `show` see
+    every committed collection (a failure is a warning: the bronze is safe either way)."""
+    storage = Storage(wh)
+    current = {f.name for f, m in storage.silver_caches() if m.silver_version == SILVER_VERSION}
+    for folder, _ in storage.collections():
+        if folder.name == result.collection_id or folder.name in current:
+            continue
+        try:
+            silver.build_silver(wh, folder.name)
+        except (TracebankError, OSError) as exc:
+            result.warnings.append(f"the silver tables of {folder.name} are still missing ({_why(exc)})")
+            continue
+        result.silver_rebuilt.append(folder.name)
 
 
 def _why(exc: BaseException) -> str:

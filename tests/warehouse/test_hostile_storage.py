@@ -206,3 +206,17 @@ def test_a_truncated_dataset_file_is_one_line_for_every_reader(command, wh, tmp_
     assert out.exit_code == 1 and "Traceback" not in out.output, out.output
     [line] = [x for x in out.stderr.splitlines() if not x.startswith("Warning:")]
     assert line.startswith("Error:") and "train.parquet" in line
+
+
+def test_the_next_collect_builds_silver_an_earlier_one_left_missing(wh, tmp_path):
+    from tracebank.collect import CollectConfig, collect
+    from tracebank.collect.sources import SpoolSource
+
+    _commit(wh, "c1", silver=False)  # as after `collect --no-silver`, or a kill before the silver build
+    spool = tmp_path / "empty-spool"
+    spool.mkdir()
+    result = collect(SpoolSource(spool), wh, CollectConfig())
+    assert result.collection_id is None and result.silver_rebuilt == ["c1"]
+    assert Storage(wh).current_silver("c1") is not None
+    out = _cli(wh, "sql", "SELECT count(*) FROM llm_calls")
+    assert out.exit_code == 0 and "Warning" not in out.stderr

@@ -183,6 +183,8 @@ def collect(
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     click.echo(result.summary())
+    if result.silver_rebuilt:
+        click.echo(f"silver: built the missing caches of {', '.join(result.silver_rebuilt)}")
     if result.silver is not None:
         click.echo(f"silver: {silver_summary(result.silver)}")
 
