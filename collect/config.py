@@ -14,6 +14,10 @@ MODES = ("train", "val", "test")
 AGL1_STATUSES = ("succeeded", "failed")
 
 
+#: Which Agent Lightning wrote a store or server: found out (auto), 0.3 or 1.0.
+VERSIONS = ("auto", "agl03", "agl1")
+
+
 @dataclass(frozen=True)
 class CollectConfig:
     """Filters and knobs of one collect run (the CLI flags, one to one)."""

@@ -13,12 +13,10 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from tracebank.collect.agl1_read import is_agl1_server, read_server, read_spool_folder
 from tracebank.collect.batch import Batch, Progress, Records
-from tracebank.collect.config import CollectConfig
+from tracebank.collect.config import VERSIONS, CollectConfig
 from tracebank.collect.errors import CollectUsageError
 from tracebank.collect.source import describe_store
 from tracebank.collect.store_read import read_store
-
-VERSIONS = ("auto", "agl03", "agl1")
 
 
 @runtime_checkable

@@ -7,47 +7,44 @@ import), ``run_demo``; ``LocalRunners`` runs agentlightning's own runners.
 """
 
 import os
-from typing import Any
+
+from tracebank.lazy import lazy_exports
 
 # LiteLLM (imported with agentlightning) otherwise fetches a price map from the internet at import
-# time and stalls for seconds without a network; the bundled copy is enough.
+# time and stalls without network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from tracebank.loop.config import AlgorithmConfig, DemoConfig, RoundConfig, ServerConfig, StagesConfig
-from tracebank.loop.demo import DemoResult, run_demo
-from tracebank.loop.errors import LoopError, LoopUsageError, NoSucceededRolloutsError, RoundTimeoutError
-from tracebank.loop.result import RoundResult
-from tracebank.loop.round import run_round, serve_round
-from tracebank.loop.runners import LocalRunners, load_agent
-from tracebank.loop.servers import next_model_path
-from tracebank.loop.tasks import load_tasks
-
-__all__ = [
-    "AlgorithmConfig",
-    "DemoConfig",
-    "DemoResult",
-    "LocalRunners",
-    "LoopError",
-    "LoopUsageError",
-    "NoSucceededRolloutsError",
-    "RoundConfig",
-    "RoundResult",
-    "RoundTimeoutError",
-    "ServerConfig",
-    "StagesConfig",
-    "WarehouseSupervisedFinetuning",
-    "load_agent",
-    "load_tasks",
-    "next_model_path",
-    "run_demo",
-    "run_round",
-    "serve_round",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "WarehouseSupervisedFinetuning":
-        from tracebank.loop import algorithm
-
-        return algorithm.WarehouseSupervisedFinetuning
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "tracebank.loop.config": (
+            "AlgorithmConfig",
+            "DemoConfig",
+            "RoundConfig",
+            "ServerConfig",
+            "StagesConfig",
+        ),
+        "tracebank.loop.demo": (
+            "DemoResult",
+            "run_demo",
+        ),
+        "tracebank.loop.errors": (
+            "LoopError",
+            "LoopUsageError",
+            "NoSucceededRolloutsError",
+            "RoundTimeoutError",
+        ),
+        "tracebank.loop.result": ("RoundResult",),
+        "tracebank.loop.round": (
+            "run_round",
+            "serve_round",
+        ),
+        "tracebank.loop.runners": (
+            "LocalRunners",
+            "load_agent",
+        ),
+        "tracebank.loop.servers": ("next_model_path",),
+        "tracebank.loop.tasks": ("load_tasks",),
+        "tracebank.loop.algorithm": ("WarehouseSupervisedFinetuning",),
+    },
+)

@@ -5,9 +5,16 @@ The repository keeps each stage in a top-level folder (``collect/``, ``transform
 (``tracebank.collect``, ...) so a user's own ``train.py`` can never shadow them.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-try:
-    __version__ = version("tracebank")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> Any:
+    # Looked up on first use: importlib.metadata costs more than the rest of the CLI's start.
+    if name != "__version__":
+        raise AttributeError(f"module 'tracebank' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tracebank")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"

@@ -5,20 +5,22 @@ CUDA when it is installed, TRL + PEFT everywhere else) in a child process, and r
 the run under ``warehouse/runs/<run_id>/``. `inspect_dataset` shows what a row trains on.
 """
 
-from tracebank.train.config import TrainConfig
-from tracebank.train.errors import TrainConfigError, TrainError
-from tracebank.train.inspection import inspect_dataset
-from tracebank.train.record import RunRecord
-from tracebank.train.runner import train
-from tracebank.train.runs import run_details, runs_table
+from tracebank.lazy import lazy_exports
 
-__all__ = [
-    "RunRecord",
-    "TrainConfig",
-    "TrainConfigError",
-    "TrainError",
-    "inspect_dataset",
-    "run_details",
-    "runs_table",
-    "train",
-]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "tracebank.train.config": ("TrainConfig",),
+        "tracebank.train.errors": (
+            "TrainConfigError",
+            "TrainError",
+        ),
+        "tracebank.train.inspection": ("inspect_dataset",),
+        "tracebank.train.record": ("RunRecord",),
+        "tracebank.train.runner": ("train",),
+        "tracebank.train.runs": (
+            "run_details",
+            "runs_table",
+        ),
+    },
+)

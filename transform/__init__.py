@@ -5,8 +5,16 @@
 1.0's) on ``config.engine`` (this process, or a Ray cluster at ``config.address``).
 """
 
-from tracebank.transform.config import TransformConfig
-from tracebank.transform.entry import check, transform
-from tracebank.transform.version import TransformResult
+from tracebank.lazy import lazy_exports
 
-__all__ = ["TransformConfig", "TransformResult", "check", "transform"]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "tracebank.transform.config": ("TransformConfig",),
+        "tracebank.transform.entry": (
+            "check",
+            "transform",
+        ),
+        "tracebank.transform.version": ("TransformResult",),
+    },
+)

@@ -24,12 +24,11 @@ and its reward values:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
+from tracebank.transform.config import Agl1Limits
 from tracebank.warehouse.contract import IGNORE_INDEX
-
-Level = Literal["transition", "trajectory"]
 
 
 @dataclass(frozen=True)
@@ -41,23 +40,6 @@ class Agl1Call:
     log_probs: list[float] | None = None
     status: str | None = None
     http_status: int | None = None
-
-
-@dataclass(frozen=True)
-class Agl1Limits:
-    """RolloutAdapter's settings (1.0's ``trace_aggregator`` and ``reward_fillna_value``)."""
-
-    level: Level = "trajectory"
-    """With --rules agl1, 1.0's trace_aggregator.level: trajectory (its default) merges calls that extend
-    the conversation into one row; transition keeps a row per call."""
-    max_prompt_length: int = 2048
-    """With --rules agl1: rows whose prompt is longer are left out (1.0's trajectory_max_prompt_length)."""
-    max_response_length: int = 8192
-    """With --rules agl1: longer responses are cut (1.0's trajectory_max_response_length)."""
-    max_total_length: int | None = None
-    """With --rules agl1: responses also cut to this minus the prompt length (trajectory_max_total_length)."""
-    reward_fillna_value: float = 0.0
-    """With --rules agl1: the reward of a rollout without a reward event (1.0's reward_fillna_value)."""
 
 
 @dataclass(frozen=True)

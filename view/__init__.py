@@ -5,18 +5,24 @@
 ``export(wh, ExportConfig(...))`` writes a dataset version in chat formats trainers take.
 """
 
-from tracebank.view.config import ExportConfig, ReportConfig, ShowConfig
-from tracebank.view.export import ExportResult, export
-from tracebank.view.report import ReportResult, report
-from tracebank.view.show import show
+from tracebank.lazy import lazy_exports
 
-__all__ = [
-    "ExportConfig",
-    "ExportResult",
-    "ReportConfig",
-    "ReportResult",
-    "ShowConfig",
-    "export",
-    "report",
-    "show",
-]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "tracebank.view.config": (
+            "ExportConfig",
+            "ReportConfig",
+            "ShowConfig",
+        ),
+        "tracebank.view.export": (
+            "ExportResult",
+            "export",
+        ),
+        "tracebank.view.report": (
+            "ReportResult",
+            "report",
+        ),
+        "tracebank.view.show": ("show",),
+    },
+)

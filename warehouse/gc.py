@@ -29,12 +29,9 @@ from tracebank.warehouse import layout
 from tracebank.warehouse.bytestore import StoredFile
 from tracebank.warehouse.claims import Claim
 from tracebank.warehouse.errors import CorruptFileError
-from tracebank.warehouse.layout import CommitFolder
+from tracebank.warehouse.layout import DEFAULT_MIN_AGE_S, CommitFolder
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import MANIFEST_KINDS, Storage, parse_manifest, settle_run
-
-#: A temp file or uncommitted folder younger than this may still be a live writer's.
-DEFAULT_MIN_AGE_S = 3600.0
 
 
 @dataclass

@@ -40,6 +40,8 @@ RUN_RECORD = "run.json"
 RUN_METRICS = "metrics.jsonl"
 #: Marks a file being written under a name only its writer uses (``<name>.tmp-<random>``).
 TMP_MARK = ".tmp-"
+#: A temp file or uncommitted folder younger than this may still be a live writer's (gc's --min-age).
+DEFAULT_MIN_AGE_S = 3600.0
 #: Suffixes of a claim generation's companions: its holder is alive / gave it up.
 CLAIM_ALIVE = ".alive"
 CLAIM_RELEASED = ".released"

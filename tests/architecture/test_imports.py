@@ -221,8 +221,21 @@ def import_graph(files: list[Path], root: Path = ROOT) -> dict[str, set[str]]:
                 subs = {f"{node.module}.{a.name}" for a in node.names} & names.keys()
                 plain = [a for a in node.names if f"{node.module}.{a.name}" not in names]
                 edges |= subs | ({node.module} if plain and node.module in names else set())
+            elif _is_lazy_exports(node):
+                table = node.args[1]  # type: ignore[attr-defined]
+                edges |= {k.value for k in table.keys if isinstance(k, ast.Constant)} & names.keys()
         graph[name] = edges - {name}
     return graph
+
+
+def _is_lazy_exports(node: ast.AST) -> bool:
+    """A package's table of lazily loaded exports (``tracebank.lazy``): its modules are imports."""
+    return (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "lazy_exports"
+        and len(node.args) == 2
+        and isinstance(node.args[1], ast.Dict)
+    )
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -313,3 +326,35 @@ def test_the_circle_and_layer_checks_can_fail(tmp_path):
 def test_progress_events_are_a_neutral_module():
     """Every layer may import tracebank.events, so it imports no tracebank package itself."""
     assert [mod for mod, _ in _imports(ROOT / "tracebank" / "events.py") if mod.startswith("tracebank")] == []
+
+
+LAZY_START_FORBIDDEN = ("polars", "duckdb", "pyarrow", "numpy", "torch", "transformers", "ray", "boto3")
+
+
+def test_tracebank_help_imports_no_heavy_library():
+    """`tracebank --help` (and so every command's start) loads a command's stage only when that
+    command runs: none of the heavy libraries is imported by the CLI itself."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from tracebank.cli.main import cli\n"
+        "try:\n    cli(['--help'], prog_name='tracebank')\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {LAZY_START_FORBIDDEN!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_import_graph_counts_lazy_exports(tmp_path):
+    pkg = tmp_path / "warehouse"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from tracebank.lazy import lazy_exports\n"
+        "__getattr__, __dir__, __all__ = lazy_exports(__name__, {'tracebank.warehouse.low': ('f',)})\n"
+    )
+    (pkg / "low.py").write_text("from tracebank.warehouse import f\n")
+    graph = import_graph(sorted(pkg.glob("*.py")), root=tmp_path)
+    assert graph["tracebank.warehouse"] == {"tracebank.warehouse.low"}
+    assert circles(graph) == [["tracebank.warehouse", "tracebank.warehouse.low"]]

@@ -10,7 +10,8 @@ from tracebank.collect.agl1_silver import silver_from_events
 from tracebank.collect.agl1_spool import read_spool
 from tracebank.collect.redact import Redactor
 from tracebank.transform.agl1_build import agl1_rows_table
-from tracebank.transform.agl1_rows import Agl1Limits, calls_by_attempt, rewards_by_attempt, rollout_rows
+from tracebank.transform.agl1_rows import calls_by_attempt, rewards_by_attempt, rollout_rows
+from tracebank.transform.config import Agl1Limits
 
 from tests.transform.agl1_oracle import rollout_adapter_rows
 

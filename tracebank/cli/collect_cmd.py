@@ -14,8 +14,7 @@ import click
 from click.core import ParameterSource
 
 from tracebank.cli.options import config_option, pass_warehouse
-from tracebank.collect.config import AGL1_STATUSES, CollectConfig
-from tracebank.collect.sources import VERSIONS
+from tracebank.collect.config import AGL1_STATUSES, VERSIONS, CollectConfig
 
 if TYPE_CHECKING:
     from tracebank.collect import Source

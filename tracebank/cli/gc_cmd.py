@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import pass_warehouse
-from tracebank.warehouse.gc import DEFAULT_MIN_AGE_S
+from tracebank.warehouse.layout import DEFAULT_MIN_AGE_S
 
 
 @click.command()

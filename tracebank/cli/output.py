@@ -10,12 +10,14 @@ import csv
 import datetime as dt
 import io
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import pyarrow as pa
 
 from tracebank.cli.readable import Limits, table_text, vertical_text
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def _cell(value: Any) -> str:

@@ -9,8 +9,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
-from tracebank.transform.agl1_rows import Agl1Limits
-from tracebank.transform.config import ENGINES, LEVELS, MERGE, RULES, SELECT_BY, TransformConfig
+from tracebank.transform.config import ENGINES, LEVELS, MERGE, RULES, SELECT_BY, Agl1Limits, TransformConfig
 
 AGL1_OPTIONS = (
     "level",
