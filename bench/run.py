@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 SECTIONS = (
+    "bench.startup_bench",
     "bench.collect_bench",
     "bench.transform_bench",
     "bench.scale_bench",

@@ -101,3 +101,19 @@ def test_every_option_of_every_command_has_help():
         if isinstance(p, click.Option) and not p.hidden and not p.help
     ]
     assert missing == []
+
+
+def test_every_command_is_routed_to_the_module_that_defines_it():
+    """The lazy command table names each command of every ``*_cmd`` module, and only those."""
+    import importlib
+    from pathlib import Path
+
+    from tracebank.cli.main import COMMAND_MODULES
+
+    folder = Path(importlib.import_module("tracebank.cli").__file__).parent
+    defined = {
+        command.name: path.stem
+        for path in sorted(folder.glob("*_cmd.py"))
+        for command in importlib.import_module(f"tracebank.cli.{path.stem}").COMMANDS
+    }
+    assert defined == COMMAND_MODULES

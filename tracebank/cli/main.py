@@ -9,6 +9,7 @@ exit code.
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import signal
 import sys
@@ -25,8 +26,38 @@ from tracebank.warehouse.errors import TracebankError
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
+#: The module that defines each command: imported only when that command runs (or for --help),
+#: so a command pays for no other command's stage at start-up.
+COMMAND_MODULES = {
+    "collect": "collect_cmd",
+    "datasets": "transform_cmd",
+    "demo": "demo_cmd",
+    "export": "view_cmd",
+    "gc": "gc_cmd",
+    "inspect": "train_cmd",
+    "report": "view_cmd",
+    "round": "demo_cmd",
+    "runs": "train_cmd",
+    "show": "view_cmd",
+    "sql": "sql_cmd",
+    "train": "train_cmd",
+    "transform": "transform_cmd",
+    "verify": "verify_cmd",
+}
+
+
 class TracebankGroup(click.Group):
     """Runs a command and reports TracebankError as one line (traceback with --debug)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMAND_MODULES, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(name)
+        if module is None:
+            return super().get_command(ctx, name)
+        commands = importlib.import_module(f"tracebank.cli.{module}").COMMANDS
+        return next(c for c in commands if c.name == name)
 
     def invoke(self, ctx: click.Context) -> Any:
         with warn.shown_as_lines():
@@ -96,25 +127,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     --warehouse/-w goes before or after the command.
     """
     ctx.meta["tracebank.debug"] = debug
-
-
-def _register() -> None:
-    from tracebank.cli import sql_cmd
-
-    cli.add_command(sql_cmd.sql)
-    commands = ("collect_cmd", "transform_cmd", "train_cmd", "demo_cmd", "gc_cmd", "verify_cmd", "view_cmd")
-    for module_name in commands:
-        try:
-            module = __import__(f"tracebank.cli.{module_name}", fromlist=["COMMANDS"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"tracebank.cli.{module_name}":
-                raise
-            continue
-        for command in module.COMMANDS:
-            cli.add_command(command)
-
-
-_register()
 
 
 def main() -> None:

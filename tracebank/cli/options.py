@@ -10,9 +10,9 @@ import ast
 import dataclasses
 import functools
 import inspect
-import textwrap
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -85,19 +85,31 @@ def show_format_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @functools.cache
+def _module_classes(path: str) -> dict[str, ast.ClassDef]:
+    """The top-level classes of a source file, parsed once (``inspect.getsource`` per class costs
+    more than the rest of the CLI's start)."""
+    tree = ast.parse(Path(path).read_text())
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring under each field of dataclass ``cls``, joined into one line."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
             continue
-        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        body = tree.body[0].body  # type: ignore[attr-defined]
+        body = _module_classes(inspect.getfile(klass))[klass.__name__].body
         for node, after in zip(body, body[1:], strict=False):
             is_doc = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and is_doc:
                 docs[node.target.id] = " ".join(str(after.value.value).replace("``", "").split())  # type: ignore[attr-defined]
     return docs
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def _click_type(annotation: Any) -> tuple[Any, bool]:
@@ -121,9 +133,8 @@ def config_option(
     ``flags`` default to ``--field-name``; ``help`` replaces the docstring where the
     CLI needs a different wording; ``extra`` goes to ``click.option`` as it is.
     """
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    fld = fields[name]
-    hints = typing.get_type_hints(cls)
+    fld = {f.name: f for f in dataclasses.fields(cls)}[name]
+    hints = _type_hints(cls)
     click_type, is_flag = _click_type(hints[name])
     default = fld.default if fld.default is not dataclasses.MISSING else None
     kwargs: dict[str, Any] = {

@@ -47,3 +47,6 @@ def sql(
 
     table = run_sql(wh, read_statement(statement, file), parse_params(params))
     echo_rows(table, fmt, Limits(max_rows=max_rows, max_width=max_width))
+
+
+COMMANDS = [sql]
