@@ -56,7 +56,7 @@ class ReportConfig:
     """What `report` covers and where the HTML file goes."""
 
     output: Path
-    """The HTML file to write (one self-contained file)."""
+    """The HTML file to write (one self-contained file); replaces only a report written before."""
 
     datasets: tuple[str, ...] = ()
     """``NAME[@vN]`` versions to cover; empty: every version."""
@@ -94,7 +94,7 @@ class ExportConfig:
     """Export only this split (train or validation); default: every split."""
 
     force: bool = False
-    """Overwrite an existing output file or folder."""
+    """Replace an output file or folder that an earlier export wrote (never anything else)."""
 
     def validate(self) -> ExportConfig:
         if self.format not in EXPORT_FORMATS:
@@ -103,8 +103,4 @@ class ExportConfig:
             )
         if self.split not in (None, "train", "validation"):
             raise ViewUsageError(f"unknown split {self.split!r}", "use train or validation")
-        if self.output.exists() and not self.force:
-            raise ViewUsageError(
-                f"{self.output} exists", "pass --force to overwrite it, or choose another path"
-            )
         return self

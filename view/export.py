@@ -19,7 +19,6 @@ import dataclasses
 import json
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from tracebank.view.tables import READ
 from tracebank.view.tokenizer import load_tokenizer, local_model_dir
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.outputs import OutputGuard
 from tracebank.warehouse.query import connect
 
 
@@ -124,21 +124,6 @@ def _record(fmt: str, row: DatasetRow) -> dict[str, Any]:
     return record
 
 
-def _temp_beside(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-
-
-def _replace(tmp: Path, final: Path) -> None:
-    """Move ``tmp`` into place; an existing ``final`` (allowed by --force) goes only after."""
-    if final.is_dir() and not final.is_symlink():
-        old = _temp_beside(final)
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, final)
-
-
 def _usable(row: DatasetRow) -> bool:
     return row.call is not None and bool(row.call.inputs) and bool(row.call.outputs)
 
@@ -164,9 +149,8 @@ class _Tally:
         return ok
 
 
-def _write_jsonl(path: Path, fmt: str, rows: Iterator[DatasetRow], tally: _Tally) -> None:
-    tmp = _temp_beside(path)
-    try:
+def _write_jsonl(guard: OutputGuard, fmt: str, rows: Iterator[DatasetRow], tally: _Tally) -> None:
+    with guard.writing() as tmp:
         with tmp.open("w", encoding="utf-8") as f:
             for row in rows:
                 if tally.see(row):
@@ -175,10 +159,6 @@ def _write_jsonl(path: Path, fmt: str, rows: Iterator[DatasetRow], tally: _Tally
             os.fsync(f.fileno())
         if not tally.written:
             raise _nothing_usable(tally)
-        _replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _hf_record(row: DatasetRow) -> dict[str, Any]:
@@ -229,29 +209,28 @@ def _stage_split(path: Path, rows: Iterator[DatasetRow], tally: _Tally) -> int:
     return written
 
 
-def _write_hf(path: Path, con: duckdb.DuckDBPyConnection, version: VersionRows, tally: _Tally) -> None:
+def _write_hf(
+    guard: OutputGuard, con: duckdb.DuckDBPyConnection, version: VersionRows, tally: _Tally
+) -> None:
     """A ``datasets`` folder (save_to_disk), built from per-split Arrow files, never all in memory."""
     import datasets
     from datasets import Dataset, DatasetDict
 
     datasets.disable_progress_bars()  # the CLI prints one summary line instead
-    tmp, stage = _temp_beside(path), _temp_beside(path.with_name(path.name + "-staging"))
-    stage.mkdir()
-    try:
-        parts = {}
-        for split in version.splits:
-            staged = stage / f"{split}.arrow"
-            if _stage_split(staged, iter_rows(con, dataclasses.replace(version, splits=(split,))), tally):
-                parts[split] = Dataset.from_file(str(staged))
-        if not tally.written:
-            raise _nothing_usable(tally)
-        DatasetDict(parts).save_to_disk(str(tmp))
-        _replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    with guard.writing() as tmp:
+        stage = tmp.with_name(tmp.name + "-staging")
+        stage.mkdir()
+        try:
+            parts = {}
+            for split in version.splits:
+                staged = stage / f"{split}.arrow"
+                if _stage_split(staged, iter_rows(con, dataclasses.replace(version, splits=(split,))), tally):
+                    parts[split] = Dataset.from_file(str(staged))
+            if not tally.written:
+                raise _nothing_usable(tally)
+            DatasetDict(parts).save_to_disk(str(tmp))
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _nothing_usable(tally: _Tally) -> ViewError:
@@ -261,26 +240,39 @@ def _nothing_usable(tally: _Tally) -> ViewError:
     )
 
 
+def output_guard(wh: Warehouse, config: ExportConfig) -> OutputGuard:
+    """The guard of ``export -o``: a folder for ``hf``, a file for the JSONL formats."""
+    return OutputGuard(
+        config.output,
+        kind="folder" if config.format == "hf" else "file",
+        warehouse_root=wh.root,
+        command="export",
+        overwrite=config.force,
+        overwrite_flag="--force",
+    )
+
+
 def export(wh: Warehouse, config: ExportConfig) -> ExportResult:
     """Write ``config.dataset`` in ``config.format``, streaming its rows; see the module docstring."""
     config.validate()
+    guard = output_guard(wh, config)
+    guard.check()  # before any work: a refused path costs nothing
     version = version_rows(wh, config.dataset, config.split)
-    config.output.parent.mkdir(parents=True, exist_ok=True)
     con = connect(wh, only=set(READ))
     try:
         tok_dir = config.tokenizer or local_model_dir(served_models(con, version))
         tally = _Tally(load_tokenizer(tok_dir) if tok_dir else None)
         if config.format == "hf":
-            _write_hf(config.output, con, version, tally)
+            _write_hf(guard, con, version, tally)
         else:
-            _write_jsonl(config.output, config.format, iter_rows(con, version), tally)
+            _write_jsonl(guard, config.format, iter_rows(con, version), tally)
     finally:
         con.close()
     return ExportResult(
         version.name,
         version.version,
         config.format,
-        config.output,
+        guard.path,
         tally.written,
         tally.rows - tally.written,
         tally.round_trip,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +11,7 @@ from tracebank.view.report_html import page
 from tracebank.view.tables import READ
 from tracebank.view.tokenizer import load_tokenizer
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.outputs import OutputGuard
 from tracebank.warehouse.query import connect
 
 
@@ -38,23 +37,32 @@ def plotly_js() -> str:
     return str(get_plotlyjs())
 
 
+def output_guard(wh: Warehouse, config: ReportConfig) -> OutputGuard:
+    """The guard of ``report -o``: one file; an earlier report is replaced, nothing else."""
+    return OutputGuard(
+        config.output,
+        kind="file",
+        warehouse_root=wh.root,
+        command="report",
+        overwrite=True,
+        option="--output",
+        overwrite_flag=None,
+    )
+
+
 def report(wh: Warehouse, config: ReportConfig) -> ReportResult:
     """Write the report ``config`` asks for; see the module docstring."""
+    guard = output_guard(wh, config)
+    guard.check()  # before any work: a refused path costs nothing
     con = connect(wh, only=set(READ))
     try:
         data = gather(wh, con, config, load_tokenizer)
     finally:
         con.close()
     text = page(data, plotly_js())
-    out = config.output
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
+    with guard.writing() as tmp:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    out = guard.path
     return ReportResult(
         out, out.stat().st_size, len(data["collections"]), len(data["datasets"]), len(data["runs"])
     )

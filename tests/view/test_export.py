@@ -90,13 +90,49 @@ def test_without_a_tokenizer_it_says_the_round_trip_was_not_checked(view_wh, tmp
 
 def test_an_existing_output_is_kept_unless_forced(view_wh, tmp_path):
     out = tmp_path / "x.jsonl"
-    out.write_text("keep me\n")
+    assert _run(view_wh, "qa", "-o", str(out)).exit_code == 0
     result = _run(view_wh, "qa", "-o", str(out))
     assert result.exit_code == 2
     assert result.output == f"Error: {out} exists (pass --force to overwrite it, or choose another path)\n"
-    assert out.read_text() == "keep me\n"
+    out.write_text(out.read_text().splitlines()[0] + "\n")  # edited: no longer what export wrote
+    assert _run(view_wh, "qa", "-o", str(out), "--force").exit_code == 2
+    assert len(_jsonl(out)) == 1
+    out.unlink()
+    assert _run(view_wh, "qa", "-o", str(out)).exit_code == 0
     assert _run(view_wh, "qa", "-o", str(out), "--force").exit_code == 0
     assert len(_jsonl(out)) == 16
+
+
+def _files(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_force_never_deletes_what_export_did_not_write(view_wh, tmp_path):
+    """The warehouse, a folder above it, a user's file and a folder never become an export."""
+    root = view_wh.wh.root
+    before = _files(root.parent)
+    mine = tmp_path / "notes.jsonl"
+    mine.write_text("my own data\n")
+    hf = tmp_path / "hf"
+    assert _run(view_wh, "qa", "--to", "hf", "-o", str(hf)).exit_code == 0
+    hf_files = _files(hf)
+    inside = root / "datasets" / "x.jsonl"
+    refused = {
+        ("--to", "hf", "-o", str(root)): f"Error: --output {root} is the warehouse {root}",
+        ("--to", "hf", "-o", str(root.parent)): f"Error: --output {root.parent} holds the warehouse",
+        ("-o", str(inside)): f"Error: --output {inside} is inside the warehouse",
+        ("-o", str(mine)): f"Error: {mine} exists and was not written by tracebank export",
+        ("-o", str(hf)): f"Error: --output {hf} is a folder; tracebank export writes a file here",
+    }
+    for args, message in refused.items():
+        result = _run(view_wh, "qa", *args, "--force")
+        assert result.exit_code == 2, (args, result.output)
+        assert result.output.startswith(message) and result.output.count("\n") == 1, result.output
+    assert _files(root.parent) == before
+    assert mine.read_text() == "my own data\n" and _files(hf) == hf_files
+    # Its own folder is replaced with --force, and only the export's files are in it afterwards.
+    assert _run(view_wh, "qa", "--to", "hf", "-o", str(hf), "--force").exit_code == 0
+    assert set(_files(hf)) == set(hf_files)
 
 
 def test_an_unknown_version_is_one_line(view_wh, tmp_path):

@@ -66,3 +66,25 @@ def test_an_empty_warehouse_has_nothing_to_report(wh, tmp_path):
 def test_drop_reasons_name_rejected_calls_and_each_filter():
     manifest = {"counts": {"rejected": {"empty response": 2}, "unrewarded": 3, "not_selected": 4, "calls": 9}}
     assert drop_reasons(manifest) == {"rejected: empty response": 2, "unrewarded": 3, "not_selected": 4}
+
+
+def test_report_writes_over_its_own_page_only(view_wh, tmp_path):
+    """`report -o` never replaces FORMAT.json, a committed file or a user's file; its own page it does."""
+    root = view_wh.wh.root
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    mine = tmp_path / "mine.html"
+    mine.write_text("<p>my page</p>")
+    committed = next(root.glob("datasets/qa/*/train.parquet"))
+    for target, message in (
+        (root / "FORMAT.json", f"Error: --output {root / 'FORMAT.json'} is inside the warehouse"),
+        (committed, f"Error: --output {committed} is inside the warehouse"),
+        (mine, f"Error: {mine} exists and was not written by tracebank report"),
+    ):
+        result = _report(root, "-o", str(target))
+        assert result.exit_code == 2 and result.output.startswith(message), result.output
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert mine.read_text() == "<p>my page</p>"
+    out = tmp_path / "r.html"
+    assert _report(root, "-o", str(out), "--dataset", "qa@v1").exit_code == 0
+    assert _report(root, "-o", str(out), "--dataset", "mixed@v1").exit_code == 0
+    assert [d["ref"] for d in _embedded(out)["datasets"]] == ["mixed@v1"]
