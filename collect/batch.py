@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from tracebank.collect.config import CollectConfig
-from tracebank.collect.redact import Redactor
+from tracebank.collect.redact import Redactor, without_credentials
 from tracebank.collect.writer import SpanFileWriter, write_table
 from tracebank.warehouse import bronze
 from tracebank.warehouse.contract import LLM_SPAN_NAMES
@@ -265,7 +265,7 @@ class Batch:
             created_at=self.created_at.isoformat(),
             finished_at=dt.datetime.now(dt.UTC).isoformat(),
             tag=config.tag,
-            store_url=store,
+            store_url=without_credentials(store),  # a URL may carry user:password
             source="agl1" if self.records == "events" else None,
             filters=config.filters(),
             counts=self.counts(),

@@ -13,13 +13,26 @@ attribute value:
    ``*_alias`` / ``*_id`` labels of a key, ``cache_key`` and other keys of lookups.
 2. Inside a string, a quoted ``'key': 'value'`` / ``"key": "value"`` pair (a repr or
    JSON dict of headers), also inside JSON encoded twice or more (``\\"key\\": ...``),
-   whose key names a credential keeps its key and loses its value; ``key=value`` query
-   parameters likewise.
+   whose key names a credential keeps its key and loses its value; so do assignments of
+   credential-named variables: ``key=value`` query parameters, ``NAME=value`` and
+   ``export NAME="value"`` (shell, ``.env``), ``name: value`` (YAML, INI, headers; the
+   name written like a variable, so prose such as "the key: ..." is left alone).
 3. The password of URL userinfo (``scheme://user:PASSWORD@host``) is replaced.
 4. Bare ``Bearer <token>`` / ``Basic <token>`` and the common token formats are
    replaced wherever they appear: ``sk-`` keys (OpenAI, Anthropic), AWS access key ids,
    Google API keys, GitHub, GitLab, Slack, Hugging Face, Stripe, SendGrid, npm and PyPI
    tokens, JWTs and PEM private key blocks (:data:`TOKEN_FORMATS`).
+
+Where a token may start is decided by what a token cannot contain, not by a plain
+look-behind: tokens are ASCII, so any character outside a token's ASCII word characters
+ends the word before it (a tab, punctuation, a non-ASCII letter such as ``é``), and so
+does an escape sequence of JSON or Python text (``\\n``, ``\\t``, ``\\u00e9``, ``\\xe9``,
+at any depth of escaping), whose last character is a letter or digit only by accident.
+``task-abcdefgh...`` (``sk-`` inside a word) stays.
+
+:meth:`Redactor.span` covers the span's name and status text besides its attributes,
+events, links and resource; collect also passes the store URL it records through
+:func:`without_credentials`.
 
 The rest of every value is kept byte for byte, so a repr that held a secret
 still parses after redaction.
@@ -46,7 +59,7 @@ REDACTED = "[REDACTED]"
 # Matched against the last dotted segment of a key, lower-cased, '-' read as '_'.
 _SECRET_KEY = re.compile(
     r"(api_?key|apikey|authorization|auth_header|password|passwd|passphrase|secret"
-    r"|private_key|credential|cookie|(^|_)token$|(access|refresh|id|auth|bearer|session|api"
+    r"|private_key|credential|cookie|(^|_)(pass|pwd|token)$|(access|refresh|id|auth|bearer|session|api"
     r"|oauth|csrf|hf|github|x_auth)_?token$|(^|_)key$|accountkey$)"
 )
 # A key that mentions a credential word but labels, counts or lists something else.
@@ -59,14 +72,20 @@ _NOT_SECRET = re.compile(
 _ALWAYS_SECRET = re.compile(r"access_key_id$")
 
 # What must follow a credential word for a string to hold a pair worth scrubbing: the rest of
-# the key, an optional (escaped) closing quote, then ': "' (a dict) or '=' (a query string).
-_PAIR_TAIL = re.compile(r"""[\w-]*\\*['"]?\s*(?::\s*\\*['"]|=)""")
+# the key, then an (escaped) closing quote and ': "' (a dict) or '=', or, unquoted, ':' (YAML,
+# a header) or '=' (a query string, shell, .env).
+_PAIR_TAIL = re.compile(r"""[\w.-]*(?:\\*['"]\s*(?::\s*\\*['"]|=)|\s*(?P<sep>[:=]))""")
+# The part of a key before the credential word found in it (``aws_`` of ``aws_secret_access_key``).
+_KEY_HEAD = re.compile(r"[a-z0-9_.-]+\Z")
+_SEPARATED = re.compile(r"[_.-]")
+# Credential names that may stand alone before a colon (``Password: ...``), lower-cased.
+_BARE_NAMES = ("password", "passwd", "secret")
 _PAIR_WORDS = (
     "key",
     "authorization",
     "header",
-    "passw",
-    "passphrase",
+    "pass",
+    "pwd",
     "secret",
     "token",
     "cookie",
@@ -103,9 +122,13 @@ TOKEN_FORMATS: tuple[tuple[tuple[str, ...], str, str], ...] = (
         "PEM private key block",
     ),
 )
-# A token must not continue a longer word on its left (``task-123`` holds no ``sk-`` key).
+# A token must not continue a longer ASCII word on its left (``task-123`` holds no ``sk-`` key);
+# an escape sequence (``\\n``, ``\\u00e9``) ends the word before, although it ends in a letter.
+_ESCAPES = (r"\\[nrtbfv0]", r"\\x[0-9a-fA-F]{2}", r"\\u[0-9a-fA-F]{4}", r"\\U[0-9a-fA-F]{8}")
+_TOKEN_START = "(?:(?<![A-Za-z0-9_])" + "".join(f"|(?<={esc})" for esc in _ESCAPES) + ")"
+_ESCAPE_BEFORE = re.compile("(?:" + "|".join(_ESCAPES) + r")\Z")
 _TOKEN = re.compile(
-    "|".join(rf"(?<![A-Za-z0-9_]){rx}" for rx in dict.fromkeys(rx for _, rx, _ in TOKEN_FORMATS)),
+    "|".join(f"{_TOKEN_START}{rx}" for rx in dict.fromkeys(rx for _, rx, _ in TOKEN_FORMATS)),
     re.DOTALL,
 )
 # Each format anchored, keyed by its literal start, as written: what is replaced.
@@ -124,7 +147,16 @@ _ESCAPED_PAIR = re.compile(
     r"""(?P<q>\\+['"])(?P<key>[^'"\\\n]{1,200})(?P=q)(?P<sep>\s*:\s*)"""
     r"""(?P<vq>\\+['"])(?P<val>.*?)(?<!\\)(?P=vq)"""
 )
-_QUERY_PAIR = re.compile(r"(?i)\b(?P<key>[a-z_][a-z0-9_.-]{0,60})=(?P<val>[^&\s'\",;\\]+)")
+# ``NAME=value``, ``name: value``, ``export NAME="value"``, ``key=value&...``: the value is quoted
+# (as far as the same, equally escaped, quote on that line) or bare (up to a space, quote, comma...).
+# The name and the separator are matched first and the value only after a credential name, so a
+# value that is not a credential never hides the name that follows it (``a: b_token: SECRET``).
+_ASSIGNMENT = re.compile(
+    r"(?P<key>[A-Za-z_][A-Za-z0-9_.-]{0,80})(?P<sep>[ \t]*(?::(?![:/])|=(?![=>~]))[ \t]*)"
+)
+_VALUE = re.compile(r"""(?P<open>\\*["'])(?P<quoted>[^\n]{1,500}?)(?P=open)|(?P<bare>[^\s"'\\,;&]+)""")
+# An escape sequence that a key read from escaped text starts with (``\\nPASSWORD=...``).
+_KEY_ESCAPE = re.compile(r"[nrtbfv0]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}")
 _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s+(?P<val>[A-Za-z0-9._~+/=-]{8,})")
 # The first, cheapest test: a value holding none of these holds nothing to redact.
 _WORDS = tuple(
@@ -185,9 +217,22 @@ def _pattern_starts(low: str, words: tuple[str, ...] | None = None) -> Iterator[
     for word in _PAIR_WORDS:
         i = low.find(word)
         while i != -1:
-            if _PAIR_TAIL.match(low, i + len(word)):
+            tail = _PAIR_TAIL.match(low, i + len(word))
+            if tail and _pair_may_hold_secret(low, i, tail):
                 yield i
             i = low.find(word, i + 1)
+
+
+def _pair_may_hold_secret(low: str, i: int, tail: re.Match[str]) -> bool:
+    """Whether the key around a credential word at ``low[i]`` is one whose value is replaced:
+    most keys that mention a token (``prompt_token_ids: [...]``, ``max_tokens=``) are not."""
+    start = _key_start(low, i)
+    end = tail.end("sep") if tail["sep"] else tail.end()
+    key = _plain_key(low, start, low[start:end].rstrip("'\" \t:=\\"))
+    # An upper-case NAME: looks the same as a word of prose here (lower-cased): scrub_text decides.
+    if tail["sep"] == ":" and not (_variable_like(key) or key in ("apikey", "token", "pass", "pwd")):
+        return False
+    return is_secret_key(key)
 
 
 def _strings_to_scrub(keys: list[str], lows: list[str]) -> tuple[Collection[str], tuple[str, ...]]:
@@ -218,7 +263,7 @@ def _token_spans(text: str, words: tuple[str, ...]) -> Iterator[tuple[int, int]]
         token = _TOKEN_EXACT[word]
         i = low.find(word)
         while i != -1:
-            if i == 0 or not _is_word_char(text[i - 1]):
+            if token_may_start(text, i):
                 m = token.match(text, i)
                 if m:
                     yield m.span()
@@ -244,8 +289,72 @@ def _replace_tokens(text: str, words: tuple[str, ...]) -> str:
     return "".join(parts)
 
 
-def _is_word_char(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
+def token_may_start(text: str, i: int) -> bool:
+    """Whether a token may start at ``text[i]``: it does not continue an ASCII word (tokens are
+    ASCII: a non-ASCII letter before one is no part of it), or the word before is an escape
+    sequence such as ``\\n`` or ``\\u00e9`` of JSON or Python text."""
+    if i == 0:
+        return True
+    prev = text[i - 1]
+    if not (prev.isascii() and (prev.isalnum() or prev == "_")):
+        return True
+    return _ESCAPE_BEFORE.search(text, max(0, i - 10), i) is not None
+
+
+def _key_start(low: str, i: int) -> int:
+    """Where the key holding the credential word at ``low[i]`` starts (``aws_`` of ``aws_secret...``)."""
+    if i and (low[i - 1].isalnum() or low[i - 1] in "_.-"):
+        head = _KEY_HEAD.search(low, max(0, i - 80), i)
+        return head.start() if head else i
+    return i
+
+
+def _assignments_at(text: str) -> Iterator[re.Match[str]]:
+    """The ``name = `` / ``name: `` heads around each credential word of ``text``, in order: a
+    str.find per word, then one anchored match (a scan of every word of a long text costs more)."""
+    low = text.lower()
+    if len(low) != len(text):  # lower-casing moved positions: scan the whole text
+        yield from _ASSIGNMENT.finditer(text)
+        return
+    starts = set()
+    for word in _PAIR_WORDS:
+        i = low.find(word)
+        while i != -1:
+            starts.add(_key_start(low, i))
+            i = low.find(word, i + 1)
+    for start in sorted(starts):
+        while start < len(text) and not (text[start].isalpha() or text[start] == "_"):
+            start += 1  # a key starts with a letter or _ (what _KEY_HEAD took may start with a digit)
+        m = _ASSIGNMENT.match(text, start)
+        if m:
+            yield m
+
+
+def _plain_key(text: str, start: int, key: str) -> str:
+    """``key`` as written, without the escape sequence it starts with when read from escaped
+    text (``\\nAWS_SECRET_ACCESS_KEY`` is read as ``nAWS_SECRET_ACCESS_KEY``)."""
+    if start > 0 and text[start - 1] == "\\":
+        m = _KEY_ESCAPE.match(key)
+        if m:
+            return key[m.end() :]
+    return key
+
+
+def _variable_like(key: str) -> bool:
+    """A ``name: value`` key written as a variable or header name, not a word of prose."""
+    return key.isupper() or _SEPARATED.search(key) is not None or key.lower() in _BARE_NAMES
+
+
+def without_credentials(text: str) -> str:
+    """``text`` (a URL, a description) with any credential in it replaced: what collect records
+    of the store it read from."""
+    return Redactor().scrub_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_may_hold_secret(name: str) -> bool:
+    """The cheap test for a span name (a few distinct names repeat over every span of a collection)."""
+    return _needs_scrub(name.lower())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -275,10 +384,10 @@ class Redactor:
         out = _QUOTED_PAIR.sub(self._quoted, text)
         if "\\" in out:
             out = _ESCAPED_PAIR.sub(self._escaped, out)
-        if "=" in out:
-            out = _QUERY_PAIR.sub(self._query, out)
         if "bearer" in low or "basic" in low:
             out = _BEARER.sub(self._bearer, out)
+        if "=" in out or ":" in out:
+            out = self._assignments(out)
         if "://" in low:
             out = _USERINFO.sub(self._userinfo, out)
         out = _replace_tokens(out, words)
@@ -337,7 +446,14 @@ class Redactor:
         return out
 
     def span(self, span: dict[str, Any]) -> dict[str, Any]:
-        """A Span dict with its attributes, event and link attributes and resource redacted."""
+        """A Span dict with its name, status text, attributes, event and link attributes and
+        resource redacted."""
+        name = span.get("name")
+        if isinstance(name, str) and _name_may_hold_secret(name):
+            span["name"] = self.scrub_text(name)
+        status = span.get("status")
+        if isinstance(status, dict) and isinstance(status.get("description"), str) and status["description"]:
+            status["description"] = self.scrub_text(status["description"])
         span["attributes"] = self.mapping(span.get("attributes"))
         for event in span.get("events") or ():
             event["attributes"] = self.mapping(event.get("attributes"))
@@ -362,10 +478,26 @@ class Redactor:
         inner = _ESCAPED_PAIR.sub(self._escaped, m["val"]) if "\\" in m["val"] else m["val"]
         return f"{m['q']}{m['key']}{m['q']}{m['sep']}{m['vq']}{inner}{m['vq']}"
 
-    def _query(self, m: re.Match[str]) -> str:
-        if not is_secret_key(m["key"]) or m["val"] == REDACTED:
-            return m.group(0)
-        return f"{m['key']}={REDACTED}"
+    def _assignments(self, text: str) -> str:
+        """``text`` with the value of every assignment of a credential-named variable replaced."""
+        parts: list[str] = []
+        pos = 0
+        for m in _assignments_at(text):
+            if m.start() < pos:  # inside a value replaced already
+                continue
+            key = _plain_key(text, m.start("key"), m["key"])
+            if not is_secret_key(key) or (":" in m["sep"] and not _variable_like(key)):
+                continue
+            v = _VALUE.match(text, m.end())
+            if v is None:
+                continue
+            value = v["bare"] if v["bare"] is not None else v["quoted"]
+            if value in (REDACTED, "") or value.lower() in ("bearer", "basic"):
+                continue
+            quote = v["open"] or ""
+            parts += (text[pos : m.end()], f"{quote}{REDACTED}{quote}")
+            pos = v.end()
+        return "".join(parts) + text[pos:] if parts else text
 
     def _bearer(self, m: re.Match[str]) -> str:
         if m["val"] == REDACTED:

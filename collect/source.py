@@ -26,6 +26,7 @@ from tracebank.collect.errors import (
     StoreRequestError,
     StoreUnreachableError,
 )
+from tracebank.collect.redact import without_credentials
 
 T = TypeVar("T")
 
@@ -71,7 +72,7 @@ class StoreClient:
 
     def __init__(self, store: Any, description: str, config: CollectConfig, url: str | None = None) -> None:
         self.store = store
-        self.description = description
+        self.description = without_credentials(description)  # recorded in the manifest, shown in errors
         self.url = url
         self.config = config
         self._owns_store = url is not None

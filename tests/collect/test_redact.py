@@ -319,3 +319,160 @@ def test_logprob_tokens_are_model_text_not_credentials():
     redacted = Redactor().value(None, nested)
     assert redacted["logprobs"]["content"] == [entry]
     assert redacted["auth"] == {"token": REDACTED}
+
+
+# Issue 18, point 3: redaction at every position, detect-secrets as the oracle. ------------------
+
+#: Formats detect-secrets' plugins know, in the shapes they look for (made up, none is real).
+ORACLE_TOKENS = {
+    **{k: v for k, v in TOKENS.items() if k != "private key"},
+    "openai project": "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" + "T3BlbkFJ" + "K1l2M3n4O5p6Q7r8S9t0",
+    "pypi": "pypi-AgEIcHlwaS5vcmc" + "CJDk3ZjE0YWMtNGY0OC00YjQ4LTliNzMtYmY1ZTkzYjU0OGE1AAIqWzMsImFiY2RlZiJd",
+}
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+#: Assignments of credential-named variables: (text with {v}, the secret value).
+ASSIGNMENTS = {
+    "shell export": ('export AWS_SECRET_ACCESS_KEY="{v}"', AWS_SECRET),
+    "yaml": ("aws_secret_access_key: {v}", AWS_SECRET),
+    "env token": ("GITHUB_TOKEN={v}", "not-a-known-format-1234"),
+    "api key spaced": ('MY_SERVICE_API_KEY = "{v}"', "abcdef123456xyz"),
+    "password": ("PASSWORD='{v}'", "correct horse battery staple"),
+    "header": ("X-Api-Key: {v}", "Zm9vYmFyYmF6cXV4"),
+    "url userinfo": ("http://user:{v}@db.example.com/x", "hunter2hunter2"),
+}
+PRIVATE_KEY = TOKENS["private key"]
+#: Where a secret may sit: each takes the secret and gives the stored text.
+CONTEXTS = {
+    "line start": lambda s: f"first line\n{s}\nlast line",
+    "after a tab": lambda s: f"column\t{s}\tnext",
+    "after a non-ASCII letter": lambda s: f"café{s} and Grüße:{s}",
+    "JSON encoded twice": lambda s: json.dumps(json.dumps({"content": f"ab\n{s}\tcd é{s}"})),
+    "JSON, non-ASCII escaped": lambda s: json.dumps({"content": f"é{s}"}),
+    "Python repr": lambda s: repr({"content": f"line\n{s}", "tab": f"\t{s}"}),
+}
+CORPUS = [
+    *(
+        (f"{fmt} / {where}", token, place(token))
+        for fmt, token in ORACLE_TOKENS.items()
+        for where, place in CONTEXTS.items()
+    ),
+    *(
+        (f"{fmt} / {where}", value, place(text.format(v=value)))
+        for fmt, (text, value) in ASSIGNMENTS.items()
+        for where, place in CONTEXTS.items()
+    ),
+    *(
+        (f"private key / {where}", PRIVATE_KEY.splitlines()[1], place(PRIVATE_KEY))
+        for where, place in CONTEXTS.items()
+    ),
+]
+
+
+def _oracle_hits(text: str) -> list:
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.core.scan import scan_line
+    from detect_secrets.settings import transient_settings
+
+    plugins = [
+        {"name": cls.__name__}
+        for cls in get_mapping_from_secret_type_to_class().values()
+        if "HighEntropy" not in cls.__name__ and cls.__name__ != "IPPublicDetector"
+    ]
+    with transient_settings({"plugins_used": plugins, "filters_used": []}):
+        return [hit.secret_value for line in text.splitlines() for hit in scan_line(line)]
+
+
+@pytest.mark.parametrize(("case", "secret", "text"), CORPUS, ids=[c for c, _, _ in CORPUS])
+def test_no_secret_survives_at_any_position(case, secret, text):
+    """Each format and assignment, at a line start, after a tab or a non-ASCII letter, in JSON
+    encoded twice and in a repr: gone from the text (scrub_text and mapping, as collect calls it),
+    and detect-secrets finds nothing left; the text around it is kept."""
+    out = Redactor().scrub_text(text)
+    assert secret not in out, out
+    assert REDACTED in out
+    assert _oracle_hits(out) == [], out
+    attrs = Redactor().mapping({"gen_ai.prompt": text, "gen_ai.system": "openai"})
+    assert secret not in attrs["gen_ai.prompt"] and attrs["gen_ai.system"] == "openai"
+    if case.endswith(("JSON encoded twice", "JSON, non-ASCII escaped")):
+        assert json.loads(out)  # still JSON
+    if case.endswith("Python repr"):
+        assert ast.literal_eval(out)  # still a repr
+
+
+def test_the_oracle_sees_the_corpus():
+    """The corpus is made of secrets detect-secrets knows: it finds most of them in the plain text."""
+    plain = [CONTEXTS["line start"](t) for t in ORACLE_TOKENS.values()]
+    plain += [text.format(v=value) for text, value in ASSIGNMENTS.values()] + [PRIVATE_KEY]
+    found = [bool(_oracle_hits(t)) for t in plain]
+    assert sum(found) >= 16, list(zip(plain, found, strict=True))
+
+
+def test_span_name_status_and_store_url_are_redacted():
+    from tracebank.collect.redact import without_credentials
+
+    token = ORACLE_TOKENS["github classic"]
+    span = {
+        "name": f"tool:{token}",
+        "status": {"status_code": "ERROR", "description": f"401 for\n{token}"},
+        "attributes": {},
+    }
+    Redactor().span(span)
+    assert span == {
+        "name": f"tool:{REDACTED}",
+        "status": {"status_code": "ERROR", "description": f"401 for\n{REDACTED}"},
+        "attributes": {},
+    }
+    assert without_credentials("http://admin:pa55word@store:4747") == f"http://admin:{REDACTED}@store:4747"
+    assert without_credentials("http://127.0.0.1:4747") == "http://127.0.0.1:4747"
+
+
+def test_agl1_event_data_is_redacted_at_every_position():
+    token = ORACLE_TOKENS["aws access key id"]
+    event = {"content": json.dumps({"text": f"é{token}\n{token}"}), "args": [f"\t{token}"]}
+    out = json.dumps(Redactor().value(None, event))
+    assert token not in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The key: unlock the door with it",  # prose, not a variable
+        "token_count=5 max_tokens: 100 cache_key=abc",
+        "see http://example.com:8080/path and a==b",
+        "task-abcdefghijklmnopqrst, ask-questions-freely",
+        "café AKIAshort",
+    ],
+)
+def test_prose_and_labels_are_kept(text):
+    assert Redactor().scrub_text(text) == text
+
+
+def test_redaction_stays_fast_on_long_text():
+    """A long message with credential words but no secret, and one with many secrets: linear time."""
+    import time
+
+    words = "the key: value token usage password policy api_key rotation ghp_short sk-x é\n" * 20_000
+    start = time.perf_counter()
+    assert Redactor().scrub_text(words) == words
+    secrets = f"é{ORACLE_TOKENS['openai project']}\nPASSWORD=x{AWS_SECRET} \\n{TOKENS['stripe']}\n" * 5_000
+    out = Redactor().scrub_text(secrets)
+    assert AWS_SECRET not in out and TOKENS["stripe"] not in out
+    assert time.perf_counter() - start < 5.0
+
+
+def test_the_store_url_is_recorded_without_its_password(fresh_store_url, wh):
+    """`collect http://user:PASSWORD@host` keeps the password out of the manifest, the `collections`
+    table and the result it prints."""
+    from tracebank.collect import CollectConfig, collect
+    from tracebank.warehouse.query import run_sql
+
+    from tests.collect.helpers import fill_url
+
+    fill_url(fresh_store_url, 1)
+    with_password = fresh_store_url.replace("://", "://admin:Pa55w0rdSecret@")
+    result = collect(with_password, wh, CollectConfig())
+    assert result.committed and "Pa55w0rdSecret" not in result.summary()
+    (row,) = run_sql(wh, "SELECT store_url FROM collections").to_pylist()
+    assert row["store_url"] == fresh_store_url.replace("://", f"://admin:{REDACTED}@")
+    stored = b"".join(p.read_bytes() for p in wh.root.rglob("*") if p.is_file())
+    assert b"Pa55w0rdSecret" not in stored
