@@ -11,10 +11,16 @@ from tracebank.view.text import conversation_text, dataset_row_text
 from tracebank.view.tokenizer import load_tokenizer
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import connect
+from tracebank.warehouse.text import visible
 
 
 def show(wh: Warehouse, config: ShowConfig) -> str:
-    """The text `tracebank show` prints for ``config``."""
+    """The text `tracebank show` prints for ``config``, control characters of the traces made
+    visible (:func:`tracebank.warehouse.text.visible`)."""
+    return visible(_show(wh, config))
+
+
+def _show(wh: Warehouse, config: ShowConfig) -> str:
     config.validate()
     con = connect(wh, only=set(READ))
     try:

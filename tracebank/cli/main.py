@@ -13,13 +13,14 @@ import importlib
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from tracebank.cli import warn
 from tracebank.cli.options import warehouse_option
 from tracebank.warehouse.errors import TracebankError
+from tracebank.warehouse.text import visible
 
 # LiteLLM (pulled in by agentlightning) fetches a price map from the internet at
 # import time and stalls without network; the bundled copy is enough.
@@ -47,7 +48,13 @@ COMMAND_MODULES = {
 
 
 class TracebankGroup(click.Group):
-    """Runs a command and reports TracebankError as one line (traceback with --debug)."""
+    """Runs a command and reports TracebankError as one line (traceback with --debug).
+
+    The line is printed with its control characters made visible and on one line whatever
+    it quotes (an id or a message from a trace). Ctrl-C and SIGTERM end any command with one
+    line and exit 130 / 143, also when a library turned the interrupt into an error of its own
+    (DuckDB answers a SIGTERM during a query with ``RuntimeError: Query interrupted``).
+    """
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMAND_MODULES, *super().list_commands(ctx)})
@@ -66,33 +73,42 @@ class TracebankGroup(click.Group):
     def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except TracebankError as exc:
-            if ctx.meta.get("tracebank.debug"):
-                raise
-            click.echo(f"Error: {exc.one_line()}", err=True)
-            sys.exit(exc.exit_code)
-        except OSError as exc:
-            if not disk_full(exc) or ctx.meta.get("tracebank.debug"):
+        except KeyboardInterrupt as exc:
+            _interrupted(ctx, sigterm=str(exc) == "SIGTERM" or signal.SIGTERM in _RECEIVED)
+        except Exception as exc:
+            if _RECEIVED and not ctx.meta.get("tracebank.debug"):
+                _interrupted(ctx, sigterm=signal.SIGTERM in _RECEIVED)
+            known = exc if isinstance(exc, TracebankError) else _reader_error(exc)
+            if known is not None:
+                if ctx.meta.get("tracebank.debug"):
+                    raise
+                _fail(known.one_line(), known.exit_code)
+            if not isinstance(exc, OSError) or not disk_full(exc) or ctx.meta.get("tracebank.debug"):
                 raise
             where = f" writing {exc.filename}" if exc.filename else ""
-            click.echo(
-                f"Error: no space left on the device{where} (free some space and rerun; "
+            _fail(
+                f"no space left on the device{where} (free some space and rerun; "
                 "nothing partial was committed, `tracebank gc` removes the temp files)",
-                err=True,
+                1,
             )
-            sys.exit(1)
-        except Exception as exc:
-            translated = _reader_error(exc)
-            if translated is None or ctx.meta.get("tracebank.debug"):
-                raise
-            click.echo(f"Error: {translated.one_line()}", err=True)
-            sys.exit(translated.exit_code)
-        except KeyboardInterrupt as exc:
-            if str(exc) == "SIGTERM":
-                click.echo("Terminated by SIGTERM; nothing partial was committed.", err=True)
-                sys.exit(128 + signal.SIGTERM)
-            click.echo("Interrupted; nothing partial was committed.", err=True)
-            sys.exit(130)
+
+
+def _fail(message: str, exit_code: int) -> NoReturn:
+    click.echo(f"Error: {visible(message, keep='')}", err=True)
+    sys.exit(exit_code)
+
+
+def _interrupted(ctx: click.Context, sigterm: bool) -> NoReturn:
+    if sigterm:
+        click.echo("Terminated by SIGTERM; nothing partial was committed.", err=True)
+    else:
+        click.echo("Interrupted; nothing partial was committed.", err=True)
+    code = 128 + signal.SIGTERM if sigterm else 130
+    if ctx.meta.get("tracebank.exit_at_once"):  # a read left running in a thread (`sql`): do not wait
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _reader_error(exc: BaseException) -> TracebankError | None:
@@ -110,10 +126,15 @@ def disk_full(exc: OSError) -> bool:
     return exc.errno in (errno.ENOSPC, errno.EDQUOT) or f"[errno {errno.ENOSPC}]" in str(exc)
 
 
+#: The signals that asked this process to stop (the CLI's exit code and line follow them).
+_RECEIVED: list[int] = []
+
+
 def _terminate_like_ctrl_c(signum: int, frame: Any) -> None:
     """SIGTERM (docker stop, Slurm preemption, `timeout`) ends a command the way Ctrl-C does:
     the run is recorded failed, children stopped, temporary files removed."""
-    raise KeyboardInterrupt("SIGTERM")
+    _RECEIVED.append(signum)
+    raise KeyboardInterrupt("SIGTERM" if signum == signal.SIGTERM else "")
 
 
 @click.group(cls=TracebankGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -131,6 +152,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT is ignored
+        signal.signal(signal.SIGINT, _terminate_like_ctrl_c)
     cli(prog_name="tracebank")
 
 

@@ -1,7 +1,8 @@
 """Rendering Arrow tables for the terminal: table, vertical, csv, json (one document) or jsonl.
 
-Only the ``table`` and ``vertical`` layouts shorten long values (and say so); machine
-formats carry every value whole, timestamps as ISO 8601.
+Only the ``table`` and ``vertical`` layouts shorten long values (and say so) and show control
+characters as visible symbols (trace text is hostile: an escape sequence in a value must not
+reach the terminal); machine formats carry every value whole and exact, timestamps as ISO 8601.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracebank.cli.readable import Limits, table_text, vertical_text
+from tracebank.warehouse.text import visible
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -49,13 +51,19 @@ def _csv_value(value: Any) -> Any:
     return value
 
 
-def _csv(table: pa.Table, rows: list[dict[str, Any]]) -> str:
+def _csv_line(values: list[Any]) -> str:
+    """One CSV record. Written with CRLF as the terminator so that csv quotes a value holding a
+    lone CR too (with "\n" it would not, and a reader would split the value there); the
+    records are then joined with "\n" as before."""
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(table.column_names)
-    for r in rows:
-        writer.writerow([_csv_value(v) for v in r.values()])
-    return buf.getvalue().rstrip("\n")
+    csv.writer(buf, lineterminator="\r\n").writerow(values)
+    return buf.getvalue().removesuffix("\r\n")
+
+
+def _csv(table: pa.Table, rows: list[dict[str, Any]]) -> str:
+    lines = [_csv_line(table.column_names)]
+    lines += [_csv_line([_csv_value(v) for v in r.values()]) for r in rows]
+    return "\n".join(lines)
 
 
 def _json_default(value: Any) -> str:
@@ -66,15 +74,17 @@ def _json_default(value: Any) -> str:
 def render(table: pa.Table, fmt: str = "table", limits: Limits | None = None) -> str:
     """``table`` as an aligned text table, one ``column | value`` block per row (vertical), CSV,
     one JSON array (a row a line) or JSON lines.
+    The table and vertical layouts show control characters (ESC, BEL, CR...) as visible symbols;
+    the machine formats keep every value exact.
 
     With ``limits`` the table and vertical layouts show at most that many rows and cut long
     values, saying so (``tracebank sql``); machine formats always carry every value whole.
     An empty result is ``""`` in ``jsonl`` and ``[]`` in ``json`` (still one document).
     """
     if fmt == "vertical":
-        return vertical_text(table, limits or Limits(max_rows=0, max_width=0))
+        return visible(vertical_text(table, limits or Limits(max_rows=0, max_width=0)))
     if fmt == "table" and limits is not None:
-        return table_text(table, limits)
+        return visible(table_text(table, limits))
     rows = table.to_pylist()
     if fmt == "jsonl":
         return "\n".join(json.dumps(r, default=_json_default) for r in rows)
@@ -82,11 +92,13 @@ def render(table: pa.Table, fmt: str = "table", limits: Limits | None = None) ->
         return "[" + ",\n ".join(json.dumps(r, default=_json_default) for r in rows) + "]"
     if fmt == "csv":
         return _csv(table, rows)
-    return _table(table, rows)
+    return visible(_table(table, rows))
 
 
 def echo_rows(table: pa.Table, fmt: str = "table", limits: Limits | None = None) -> None:
     """Print ``render(table, fmt, limits)``; nothing at all (not a blank line) when it is empty."""
     text = render(table, fmt, limits)
     if text:
-        click.echo(text)
+        # color=True: click would otherwise cut ANSI sequences out of values when stdout is not a
+        # terminal, and machine formats keep values exact (the readable ones hold none by now).
+        click.echo(text, color=True)

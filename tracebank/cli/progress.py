@@ -1,8 +1,9 @@
-"""The one renderer of the stages' progress events (tracebank.events), on stderr.
+"""The one renderer of the stages' progress events (tracebank.warehouse.events), on stderr.
 
 On a terminal, rollouts and training steps are live bars and every other event is a line
 above them; elsewhere (CI logs, a pipe) every event is a plain line that starts with the
-seconds elapsed, so a log shows progress and pace without control characters.
+seconds elapsed, so a log shows progress and pace without control characters. Control
+characters inside an event's text (an id or message from a trace) are shown, never obeyed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from functools import singledispatch
 from typing import Any, TextIO
 
 from tracebank import events as ev
+from tracebank.warehouse.text import visible
 
 
 def loss(value: Any) -> str:
@@ -173,7 +175,8 @@ class Progress:
         prefix = f"[iter {self.iteration}] " if self.iteration is not None else ""
         if not self.live:
             prefix = f"[{self.clock() - self.started:7.1f}s] {prefix}"
-        for part in text.splitlines():
+        for line in text.splitlines():
+            part = visible(line, keep="\t")  # event text may carry trace text (ids, messages)
             if self.bars is not None:
                 self.bars.console.print(prefix + part, markup=False, highlight=False)
             else:

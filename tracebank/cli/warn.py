@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from tracebank.warehouse.errors import DamageWarning
+from tracebank.warehouse.text import visible
 
 _default_show = warnings.showwarning
 
@@ -24,7 +25,7 @@ def _show(
     if not issubclass(category, DamageWarning):
         _default_show(message, category, filename, lineno, file, line)
         return
-    text = str(message).replace("\n", " ")
+    text = visible(str(message), keep="")  # a manifest or trace may quote control characters
     print(f"Warning: {text}", file=file or sys.stderr)
 
 
