@@ -395,21 +395,56 @@ def ensure_read_only(sql: str) -> None:
             )
 
 
-# EXPLAIN's own options: ``EXPLAIN ANALYZE <st>`` runs <st>, so what it explains is what counts.
-_EXPLAIN_PREFIX = re.compile(r"(?is)^(?:\s+|/\*.*?\*/|--[^\n]*\n)*EXPLAIN\s+(?:ANALY[SZ]E\s+|\([^)]*\)\s*)*")
-
-
 def _statement_kind(st: Any) -> str:
     """The parser's type of ``st``; for EXPLAIN, ``EXPLAIN <type of the statement it explains>``."""
     kind = str(st.type.name)
     if kind != "EXPLAIN":
         return kind
-    inner_sql = _EXPLAIN_PREFIX.sub("", st.query, count=1)
-    inner = duckdb.extract_statements(inner_sql) if inner_sql != st.query else []
+    inner_sql = _explained(st.query)
+    try:
+        inner = duckdb.extract_statements(inner_sql) if inner_sql is not None else []
+    except duckdb.Error:
+        inner = []
     if len(inner) != 1:
-        return "unrecognised EXPLAIN"  # a form the prefix pattern does not know: refused
+        return "unrecognised EXPLAIN"  # a form this reading does not know: refused
     inner_kind = _statement_kind(inner[0])
     return "EXPLAIN" if inner_kind == "SELECT" else f"EXPLAIN {inner_kind}"
+
+
+def _explained(sql: str) -> str | None:
+    """The statement ``EXPLAIN [ANALYZE] [(options)] <statement>`` explains (``EXPLAIN ANALYZE``
+    runs it, so it is what counts), found with DuckDB's own tokenizer: comments, nested ones
+    included, are skipped exactly as DuckDB skips them (a pattern that read ``/* /* */ ... */``
+    differently could be shown a SELECT where DuckDB runs a COPY). None if it is not of that form."""
+    try:
+        tokens = [pos for pos, kind in duckdb.tokenize(sql) if kind != duckdb.token_type.comment]
+    except duckdb.Error:
+        return None
+    words = [_token_text(sql, pos) for pos in tokens]
+    if not words or words[0].upper() != "EXPLAIN":
+        return None
+    i, depth = 1, 0
+    while i < len(words):
+        word = words[i].upper()
+        if depth:
+            depth += word.count("(") - word.count(")")
+        elif word in ("ANALYZE", "ANALYSE"):
+            pass
+        elif word.startswith("("):
+            depth = word.count("(") - word.count(")")
+        else:
+            return sql[tokens[i] :]
+        i += 1
+    return None
+
+
+def _token_text(sql: str, pos: int) -> str:
+    """The token of ``sql`` that starts at ``pos`` (up to the next space, comment or bracket)."""
+    m = _TOKEN_TEXT.match(sql, pos)
+    return m.group(0) if m else sql[pos]
+
+
+_TOKEN_TEXT = re.compile(r"[(]+|[)]+|[^\s()/-]+")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -4,6 +4,10 @@ statements from a file or stdin, internal tables hidden; machine formats complet
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -90,3 +94,83 @@ def test_a_bad_param_is_one_line(filled):
     out = _sql(filled, "SELECT 1", "-p", "oops")
     assert out.exit_code == 2
     assert out.output == "Error: invalid --param 'oops' (use NAME=VALUE and $NAME in the statement)\n"
+
+
+# Issue 18: bounds, refusals and interrupts of `sql`, each one line. ------------------------------
+
+
+@pytest.mark.parametrize("option", ["--max-rows", "--max-width"])
+def test_negative_limits_are_refused_at_parse_time(filled, option):
+    out = _sql(filled, "SELECT 1", option, "-1")
+    assert out.exit_code == 2 and "-1 is not in the range x>=0" in out.output, out.output
+
+
+def _committed_files(wh):
+    return {p: p.read_bytes() for p in wh.root.rglob("*.parquet")}
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "EXPLAIN /*x*/ ANALYZE COPY (SELECT 42) TO '{path}'",
+        "EXPLAIN -- note\n ANALYZE COPY (SELECT 42) TO '{path}'",
+        # DuckDB nests comments: it runs EXPLAIN ANALYZE COPY here, behind what looks like a SELECT.
+        "/* /* */ EXPLAIN SELECT 1 -- */ EXPLAIN ANALYZE COPY (SELECT 42) TO '{path}' (FORMAT parquet)",
+        "EXPLAIN /* /* */ SELECT 1 -- */ ANALYZE COPY (SELECT 42) TO '{path}' (FORMAT parquet)",
+    ],
+)
+def test_explain_analyze_of_a_write_is_refused_in_one_line(filled, statement):
+    before = _committed_files(filled)
+    target = next(iter(before))
+    out = _sql(filled, statement.format(path=target))
+    assert out.exit_code == 1, out.output
+    assert out.output.startswith("Error: refusing a EXPLAIN COPY statement") or out.output.startswith(
+        "Error: refusing a unrecognised EXPLAIN statement"
+    ), out.output
+    assert out.output.count("\n") == 1
+    assert _committed_files(filled) == before
+
+
+def test_explain_analyze_of_a_select_with_comments_still_runs(filled):
+    out = _sql(
+        filled, "EXPLAIN /* plan */ ANALYZE -- and time it\n SELECT count(*) FROM spans", "--format", "json"
+    )
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)[0]["explain_key"] == "analyzed_plan"
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [
+        (signal.SIGINT, 130, "Interrupted; nothing partial was committed.\n"),
+        (signal.SIGTERM, 143, "Terminated by SIGTERM; nothing partial was committed.\n"),
+    ],
+)
+def test_ctrl_c_and_sigterm_end_a_long_query_in_one_line(filled, signum, code, line):
+    """A query that would run for hours ends at once with one line and 130 / 143 (DuckDB looks
+    for signals only now and then: SIGTERM used to end in a 40-line `Query interrupted` traceback)."""
+    import psutil
+
+    endless = "SELECT count(*) FROM range(100000000) a, range(100000000) b"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracebank.cli.main", "sql", endless, "-w", str(filled.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+    try:
+        # Running the query: DuckDB's worker threads are up and the CPU is busy.
+        watched = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+            watched.num_threads() >= 3 and watched.cpu_times().user > 3
+        ):
+            time.sleep(0.2)
+        proc.send_signal(signum)
+        started = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == code and err == line, err[-2000:]
+    assert time.monotonic() - started < 10

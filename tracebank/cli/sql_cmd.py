@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from tracebank.cli.options import config_option, format_option, pass_warehouse
 from tracebank.cli.output import echo_rows
 from tracebank.cli.readable import Limits
+
+T = TypeVar("T")
 
 
 @click.command()
@@ -22,8 +26,8 @@ from tracebank.cli.readable import Limits
     metavar="NAME=VALUE",
     help="Bind $NAME in the statement (repeatable).",
 )
-@config_option(Limits, "max_rows", metavar="N")
-@config_option(Limits, "max_width", metavar="N")
+@config_option(Limits, "max_rows", metavar="N", type=click.IntRange(min=0))
+@config_option(Limits, "max_width", metavar="N", type=click.IntRange(min=0))
 @format_option
 @pass_warehouse
 def sql(
@@ -45,8 +49,35 @@ def sql(
     from tracebank.cli.sql_input import parse_params, read_statement
     from tracebank.warehouse.query import run_sql
 
-    table = run_sql(wh, read_statement(statement, file), parse_params(params))
+    sql_text, values = read_statement(statement, file), parse_params(params)
+    table = _interruptible(lambda: run_sql(wh, sql_text, values))
     echo_rows(table, fmt, Limits(max_rows=max_rows, max_width=max_width))
+
+
+def _interruptible(query: Callable[[], T]) -> T:
+    """``query()`` in a worker thread while this (the main) thread waits, so Ctrl-C and SIGTERM
+    end `sql` at once: DuckDB looks for signals only now and then inside a query, and a long
+    one could otherwise run on. On an interrupt the query is left to die with the process
+    (it only reads), which the CLI then ends without waiting for it."""
+    done: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            done["table"] = query()
+        except BaseException as exc:  # handed to the main thread as it is
+            done["error"] = exc
+
+    worker = threading.Thread(target=work, name="tracebank-sql", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+    except KeyboardInterrupt:
+        click.get_current_context().meta["tracebank.exit_at_once"] = True
+        raise
+    if "error" in done:
+        raise done["error"]
+    return done["table"]
 
 
 COMMANDS = [sql]
