@@ -136,10 +136,22 @@ def _conversations_html(datasets: list[dict[str, Any]]) -> tuple[str, set[str]]:
     return ("".join(parts) or "<p>No dataset rows.</p>"), shown
 
 
+# Inside a <script> element the HTML parser still reacts to "<!--", "<script" and "</script" (a
+# "<!--<script>" in a message would make the page's own closing tag part of the data and swallow
+# the page script). JSON has no "<", ">" or "&" outside strings, and in a string the \\u escape
+# means the same character, so escaping all three keeps the data exact.
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def script_json(data: Any) -> str:
+    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold."""
+    return json.dumps(data, default=str).translate(_SCRIPT_SAFE)
+
+
 def page(data: dict[str, Any], plotly_js: str) -> str:
     """The whole report page."""
     conversations, shown = _conversations_html(data["datasets"])
-    payload = json.dumps(data, default=str).replace("</", "<\\/")
+    payload = script_json(data)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>tracebank report</title>
 <style>{_asset("report.css")}</style><script>{plotly_js}</script></head>

@@ -88,3 +88,16 @@ def test_report_writes_over_its_own_page_only(view_wh, tmp_path):
     assert _report(root, "-o", str(out), "--dataset", "qa@v1").exit_code == 0
     assert _report(root, "-o", str(out), "--dataset", "mixed@v1").exit_code == 0
     assert [d["ref"] for d in _embedded(out)["datasets"]] == ["mixed@v1"]
+
+
+HTML_HOSTILE = "<!--<script>alert(1)</script> & </SCRIPT ><script>"
+
+
+def test_no_string_can_end_or_comment_out_the_page_scripts():
+    """`<!--<script>` in a message used to make the page's own `</script>` part of the data."""
+    from tracebank.view.report_html import script_json
+
+    data = {"content": HTML_HOSTILE, "nested": [{"tag": "<!-- x -->"}]}
+    text = script_json(data)
+    assert not any(s in text.lower() for s in ("<!--", "<script", "</script", "<", ">"))
+    assert json.loads(text) == data

@@ -134,3 +134,33 @@ def test_export_finds_the_served_models_tokenizer_by_itself(demo_wh, tmp_path):
     assert match, second
     if int(match.group(1)) < rows:
         assert "reply cut before its end-of-turn token (a max-tokens stop)" in second
+
+
+def test_a_message_with_a_comment_and_a_script_tag_keeps_the_page_working(wh, tmp_path):
+    """`<!--<script>` in a message and a collection tag: the charts still draw and the text shows
+    as text (an alert would make Selenium fail the page)."""
+    from tracebank.transform import TransformConfig, transform
+
+    from tests.fixtures.bronze import commit_collection
+    from tests.fixtures.proxy_spans import Call, call_spans, reward_span
+    from tests.view.test_report import HTML_HOSTILE
+
+    spans = []
+    for i, reward in enumerate((1.0, 0.2)):
+        call = Call(prompt_ids=[1, 2, 3 + i], response_ids=[4, 5], reply=f"{HTML_HOSTILE} {i}")
+        call.messages = [{"role": "user", "content": HTML_HOSTILE}]
+        spans += call_spans(f"ro-html-{i}", "at-1", 1, call, 1_700_000_000.0 + i)
+        spans.append(reward_span(f"ro-html-{i}", "at-1", 2, reward, 1_700_000_000.5 + i))
+    cid = commit_collection(wh, spans, tag=HTML_HOSTILE)
+    transform(wh, TransformConfig(name="html", collections=(cid,)))
+    out = tmp_path / "html.html"
+    _report(wh, out)
+    with chromium(tmp_path / "profile") as driver:
+        driver.get(out.as_uri())
+        wait_rendered(driver)
+        full_page_screenshot(driver, tmp_path / "html.png")
+        assert _plotted_traces(driver, "chart-rewards") >= 1
+        assert _plotted_traces(driver, "chart-cut-0") >= 1
+        texts = [e.get_attribute("textContent") for e in driver.find_elements("css selector", ".msg")]
+        assert any(HTML_HOSTILE in t for t in texts), texts
+        assert driver.execute_script("return document.scripts.length") == 3
