@@ -80,6 +80,9 @@ _KEY_HEAD = re.compile(r"[a-z0-9_.-]+\Z")
 _SEPARATED = re.compile(r"[_.-]")
 # Credential names that may stand alone before a colon (``Password: ...``), lower-cased.
 _BARE_NAMES = ("password", "passwd", "secret")
+# Credential words that, alone before a colon, may be an upper-case NAME (``TOKEN: ...``): in the
+# lower-cased text tested first they look like prose, so scrub_text decides on the real case.
+_STANDALONE = ("apikey", "token", "pass", "pwd", "secret")
 _PAIR_WORDS = (
     "key",
     "authorization",
@@ -218,9 +221,16 @@ def _pattern_starts(low: str, words: tuple[str, ...] | None = None) -> Iterator[
         i = low.find(word)
         while i != -1:
             tail = _PAIR_TAIL.match(low, i + len(word))
-            if tail and _pair_may_hold_secret(low, i, tail):
+            if tail and not _prose_colon(low, i, word, tail) and _pair_may_hold_secret(low, i, tail):
                 yield i
             i = low.find(word, i + 1)
+
+
+def _prose_colon(low: str, i: int, word: str, tail: re.Match[str]) -> bool:
+    """``the key: ...``: the credential word alone before a colon, the cheap common case of prose."""
+    if tail["sep"] != ":" or tail.start("sep") != i + len(word) or word in _STANDALONE:
+        return False
+    return i == 0 or not (low[i - 1].isalnum() or low[i - 1] in "_.-\\")
 
 
 def _pair_may_hold_secret(low: str, i: int, tail: re.Match[str]) -> bool:
@@ -230,7 +240,7 @@ def _pair_may_hold_secret(low: str, i: int, tail: re.Match[str]) -> bool:
     end = tail.end("sep") if tail["sep"] else tail.end()
     key = _plain_key(low, start, low[start:end].rstrip("'\" \t:=\\"))
     # An upper-case NAME: looks the same as a word of prose here (lower-cased): scrub_text decides.
-    if tail["sep"] == ":" and not (_variable_like(key) or key in ("apikey", "token", "pass", "pwd")):
+    if tail["sep"] == ":" and not (_variable_like(key) or key in _STANDALONE):
         return False
     return is_secret_key(key)
 
