@@ -7,7 +7,7 @@ import os
 
 import pytest
 from tracebank.warehouse.errors import UsageError
-from tracebank.warehouse.layout import Warehouse
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.outputs import MARKER, OutputGuard, sidecar, written_by
 
 

@@ -1,4 +1,4 @@
-"""The one renderer of the stages' progress events (tracebank.warehouse.events), on stderr.
+"""The one renderer of the stages' progress events (tracebank.events), on stderr.
 
 On a terminal, rollouts and training steps are live bars and every other event is a line
 above them; elsewhere (CI logs, a pipe) every event is a plain line that starts with the
