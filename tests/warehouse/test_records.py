@@ -5,7 +5,7 @@ import json
 import pyarrow as pa
 import pytest
 from tracebank.warehouse import catalog
-from tracebank.warehouse.errors import CorruptFileError, WarehouseError
+from tracebank.warehouse.errors import CorruptFileError, DamageWarning, WarehouseError
 from tracebank.warehouse.layout import MANIFEST
 from tracebank.warehouse.records import (
     CollectionManifest,
@@ -89,10 +89,13 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_the_file(wh, data, say
     folder.mkdir(parents=True)
     (folder / MANIFEST).write_text(json.dumps(data))
     with pytest.raises(CorruptFileError) as err:
-        catalog.collections(wh)
+        Storage(wh).collection("c1")
     line = err.value.one_line()
     assert "\n" not in line and str(folder / MANIFEST) in line and says in line
     assert isinstance(err.value, WarehouseError)
+    with pytest.warns(DamageWarning, match="left out collections/c1: ") as told:
+        assert catalog.collections(wh) == []  # a listing leaves it out and says so
+    assert line in str(told[0].message)
 
 
 def test_a_run_record_of_the_wrong_shape_names_the_file(wh):
@@ -102,7 +105,9 @@ def test_a_run_record_of_the_wrong_shape_names_the_file(wh):
     with pytest.raises(
         CorruptFileError, match=r"run\.json is not a valid run record: run record\.summary should"
     ):
-        catalog.runs(wh)
+        Storage(wh).read_run("r1")
+    with pytest.warns(DamageWarning, match=r"left out run r1: .*run record\.summary should"):
+        assert catalog.runs(wh) == []
 
 
 def test_invalid_json_names_the_file(wh):
@@ -110,7 +115,9 @@ def test_invalid_json_names_the_file(wh):
     folder.mkdir(parents=True)
     (folder / MANIFEST).write_text("{")
     with pytest.raises(CorruptFileError, match=r"v0001/manifest\.json is not valid JSON"):
-        catalog.dataset_versions(wh)
+        read_manifest(folder, DatasetManifest)
+    with pytest.warns(DamageWarning, match=r"v0001/manifest\.json is not valid JSON"):
+        assert catalog.dataset_versions(wh) == []
 
 
 def test_storage_writes_the_current_format_version_last(wh):
