@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tracebank.collect.agl1_bronze import attempt_row, event_rows, rollout_row
 from tracebank.collect.agl1_rest import Agl1Rest, spool_from_server
-from tracebank.collect.agl1_spool import SpoolEntry, read_spool, remove_entries
+from tracebank.collect.agl1_spool import SpoolEntry, load_entry, reject, remove_entries, spool_files
 from tracebank.collect.batch import Batch, Progress
 from tracebank.collect.config import CollectConfig
 from tracebank.warehouse.location import Warehouse
@@ -40,19 +40,32 @@ def _keep(entry: SpoolEntry, config: CollectConfig) -> bool:
 async def read_spool_folder(
     folder: Path, batch: Batch, config: CollectConfig, progress: Progress | None
 ) -> None:
-    """Hand the spool's entries that match the filters to ``batch``; once the batch is committed,
-    remove them from the spool (the warehouse holds every one of them then)."""
-    entries = await asyncio.to_thread(read_spool, folder)
-    wanted = [e for e in entries if _keep(e, config)]
-    batch.note("filtered_out", len(entries) - len(wanted))
-    for done, entry in enumerate(wanted, 1):
-        if batch.wants(*entry.key):
-            rows = event_rows(entry)
-            complete = bool(entry.data.get("events_complete"))
-            batch.add_events(rollout_row(entry), attempt_row(entry, rows), rows, complete)
+    """Hand the spool's entries that match the filters to ``batch``, a file at a time (memory
+    bounded by the largest file); move bad files aside with a warning each; once the batch is
+    committed, remove the entries it took from the spool (the warehouse holds every one then)."""
+    paths = await asyncio.to_thread(spool_files, folder)
+    taken: list[Path] = []
+    for done, path in enumerate(paths, 1):
+        entry = await asyncio.to_thread(load_entry, path)
+        if isinstance(entry, str):
+            where = await asyncio.to_thread(reject, path)
+            batch.note("rejected", 1)
+            batch.warn(f"spool file {path.name} rejected: {entry}; {where}")
+        elif not _keep(entry, config):
+            batch.note("filtered_out", 1)
+        else:
+            _take(entry, batch)
+            taken.append(path)
         if progress is not None:
-            progress(done, len(wanted))
-    batch.on_commit(lambda: remove_entries(wanted))
+            progress(done, len(paths))
+    batch.on_commit(lambda: remove_entries(taken))
+
+
+def _take(entry: SpoolEntry, batch: Batch) -> None:
+    if batch.wants(*entry.key):
+        rows = event_rows(entry)
+        complete = bool(entry.data.get("events_complete"))
+        batch.add_events(rollout_row(entry), attempt_row(entry, rows), rows, complete)
 
 
 async def read_server(
