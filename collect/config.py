@@ -44,9 +44,9 @@ class CollectConfig:
     """Retries of one store request on a transient error (connection error, timeout, 5xx)."""
     backoff_s: float = 0.25
     """First retry delay in seconds; doubled on each further retry (with jitter)."""
-    connect_timeout_s: float = 3.0
+    connect_timeout_s: float = field(default=3.0, metadata={"range": {"min": 0, "min_open": True}})
     """Seconds to connect to the store, and for its first health check to answer."""
-    read_timeout_s: float = 10.0
+    read_timeout_s: float = field(default=10.0, metadata={"range": {"min": 0, "min_open": True}})
     """Seconds a store request may wait for its answer; a timed-out request is
     retried once, so a store that accepts and never answers fails in about twice this."""
     page_size: int = 1000

@@ -186,11 +186,11 @@ class DemoConfig:
 
     work_dir: Path = Path("demo-models")
     """Folder of the demo's models (``version_0`` is built there) and logs."""
-    rollouts: int = 32
+    rollouts: int = field(default=32, metadata={"range": {"min": 1}})
     """Toy tasks rolled out (one rollout each)."""
-    runners: int = 2
+    runners: int = field(default=2, metadata={"range": {"min": 1}})
     """agentlightning runner processes."""
-    iterations: int = 1
+    iterations: int = field(default=1, metadata={"range": {"min": 1}})
     """Algorithm iterations (each one serves, rolls out, collects, transforms and trains)."""
     seed: int = 0
     """Seed of the toy tasks and the tiny model."""

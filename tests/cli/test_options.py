@@ -117,3 +117,36 @@ def test_every_command_is_routed_to_the_module_that_defines_it():
         for command in importlib.import_module(f"tracebank.cli.{path.stem}").COMMANDS
     }
     assert defined == COMMAND_MODULES
+
+
+BAD_NUMBERS = [
+    (["transform", "--dataset", "d", "--max-length", "99999999999999999999999"], "--max-length", "64 bits"),
+    (["transform", "--dataset", "d", "--per-task", "-99999999999999999999999"], "--per-task", "64 bits"),
+    (["transform", "--dataset", "d", "--top-fraction", "lots"], "--top-fraction", "not a valid float"),
+    (["collect", "--concurrency", "1" + "0" * 30], "--concurrency", "64 bits"),
+    (["collect", "--read-timeout", "0"], "--read-timeout", "x>0"),
+    (["sql", "--max-rows", "-1", "SELECT 1"], "--max-rows", "x>=0"),
+    (["demo", "--rollouts", "0"], "--rollouts", "x>=1"),
+]
+
+
+@pytest.mark.parametrize(("args", "flag", "why"), BAD_NUMBERS, ids=[b[1] for b in BAD_NUMBERS])
+def test_a_number_out_of_range_is_one_line_at_parse_time(wh, args, flag, why):
+    out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), *args])
+    assert out.exit_code == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"Error: Invalid value for '{flag}': ") and why in line
+    assert line.endswith(f" {args[0]} --help`)")
+
+
+def test_a_declared_range_is_shown_in_help_and_read_from_the_field():
+    @click.command()
+    @config_option(DemoConfig, "rollouts")
+    def show(rollouts):
+        click.echo(rollouts)
+
+    fields = {f.name: f for f in dataclasses.fields(DemoConfig)}
+    assert fields["rollouts"].metadata["range"] == {"min": 1}
+    assert "x>=1" in CliRunner().invoke(show, ["--help"]).stdout
+    assert CliRunner().invoke(show, ["--rollouts", "3"]).stdout == "3\n"
+    assert CliRunner().invoke(show, ["--rollouts", "0"]).exit_code == 2

@@ -87,8 +87,8 @@ def _progress_bar(enabled: bool) -> Iterator[Any]:
 @click.option("--no-redact", is_flag=True, help="Keep credentials found in span attributes.")
 @config_option(CollectConfig, "concurrency", metavar="N")
 @config_option(CollectConfig, "rows_per_file", metavar="N")
-@config_option(CollectConfig, "connect_timeout_s", type=click.FloatRange(min=0, min_open=True), metavar="S")
-@config_option(CollectConfig, "read_timeout_s", type=click.FloatRange(min=0, min_open=True), metavar="S")
+@config_option(CollectConfig, "connect_timeout_s", metavar="S")
+@config_option(CollectConfig, "read_timeout_s", metavar="S")
 @click.option(
     "--repair-duplicates",
     is_flag=True,

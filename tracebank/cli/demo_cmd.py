@@ -37,9 +37,9 @@ def _run_line(record: Any) -> str:
 
 @click.command()
 @config_option(DemoConfig, "work_dir", type=click.Path(file_okay=False))
-@config_option(DemoConfig, "rollouts", type=click.IntRange(1))
-@config_option(DemoConfig, "runners", type=click.IntRange(1))
-@config_option(DemoConfig, "iterations", type=click.IntRange(1))
+@config_option(DemoConfig, "rollouts")
+@config_option(DemoConfig, "runners")
+@config_option(DemoConfig, "iterations")
 @config_option(TrainConfig, "max_steps", type=click.IntRange(1), default=DemoConfig().train.max_steps)
 @config_option(DemoConfig, "server", "--server", type=click.Choice(SERVERS))
 @click.option("--verbose", is_flag=True, help="Show the libraries' own output instead of logging it.")

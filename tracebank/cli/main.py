@@ -73,6 +73,10 @@ class TracebankGroup(click.Group):
     def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # A bad subcommand flag: one line, like every other bad input (click prints three).
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            _fail(exc.format_message() + where, exc.exit_code)
         except KeyboardInterrupt as exc:
             _interrupted(ctx, sigterm=str(exc) == "SIGTERM" or signal.SIGTERM in _RECEIVED)
         except Exception as exc:

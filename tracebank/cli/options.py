@@ -2,6 +2,9 @@
 
 Click options built from a config dataclass take their default and help text from the
 field and its one-line docstring, so neither is written a second time beside the CLI.
+A numeric field's range is declared beside it, ``field(default=..., metadata={"range":
+{"min": 1}})`` (the arguments of ``click.IntRange``/``FloatRange``), and checked at parse
+time; any int option is at least kept to what a 64-bit column holds.
 """
 
 from __future__ import annotations
@@ -121,6 +124,29 @@ def _click_type(annotation: Any) -> tuple[Any, bool]:
     return {int: int, float: float, str: str}.get(base, str), False
 
 
+class _Int64(click.ParamType):
+    """An int a 64-bit column can hold: the type of an int option with no range of its own."""
+
+    name = "integer"
+    LIMIT = 2**63
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.INT.convert(value, param, ctx)
+        if not -self.LIMIT <= number < self.LIMIT:
+            self.fail(f"{value} does not fit in 64 bits (at most {self.LIMIT - 1} either way)", param, ctx)
+        return number
+
+
+def _ranged(click_type: Any, fld: dataclasses.Field[Any]) -> Any:
+    """``click_type`` with the field's declared range (``metadata["range"]``) applied."""
+    bounds = fld.metadata.get("range")
+    if click_type is int:
+        return click.IntRange(**bounds) if bounds else _Int64()
+    if click_type is float and bounds:
+        return click.FloatRange(**bounds)
+    return click_type
+
+
 def _is_optional(annotation: Any) -> bool:
     return type(None) in typing.get_args(annotation)
 
@@ -145,7 +171,7 @@ def config_option(
     if is_flag:
         kwargs["is_flag"] = True
     elif click_type is not None:
-        kwargs["type"] = click_type
+        kwargs["type"] = _ranged(click_type, fld)
     kwargs.update(extra)
     flag = "--" + name.removesuffix("_s").replace("_", "-")
     if is_flag and _is_optional(hints[name]):

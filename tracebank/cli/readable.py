@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,10 +25,10 @@ ELLIPSIS = "…"
 class Limits:
     """How much of a result the readable formats show (0: no limit)."""
 
-    max_rows: int = 50
+    max_rows: int = field(default=50, metadata={"range": {"min": 0}})
     """table/vertical: show at most this many rows (0: all)."""
 
-    max_width: int = 40
+    max_width: int = field(default=40, metadata={"range": {"min": 0}})
     """table: cut values to this many characters (vertical: 8 times as many; 0: never)."""
 
 

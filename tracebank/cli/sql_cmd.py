@@ -26,8 +26,8 @@ T = TypeVar("T")
     metavar="NAME=VALUE",
     help="Bind $NAME in the statement (repeatable).",
 )
-@config_option(Limits, "max_rows", metavar="N", type=click.IntRange(min=0))
-@config_option(Limits, "max_width", metavar="N", type=click.IntRange(min=0))
+@config_option(Limits, "max_rows", metavar="N")
+@config_option(Limits, "max_width", metavar="N")
 @format_option
 @pass_warehouse
 def sql(
