@@ -44,6 +44,7 @@ from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import TransformError, TransformUsageError
 from tracebank.transform.inputs import TOKEN_COLUMNS, Chosen, load_inputs, require_silver, spill_tokens
 from tracebank.transform.manifest import RowsDigest
+from tracebank.transform.ray_probe import RAY_HINT, probe
 from tracebank.transform.recipe import build_recipe
 from tracebank.transform.rows import CallTokens, RowTokens
 from tracebank.transform.spill import TokenSpill
@@ -251,12 +252,14 @@ def connect(address: str | None) -> None:
         ) from exc
     if ray.is_initialized():
         return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    probe(address)  # ray.init waits minutes on an address where nothing listens
     try:
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, logging_level=logging.ERROR)
+        ray.init(address=address, logging_level=logging.ERROR)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise TransformError(
-            f"cannot reach the Ray cluster at {address or 'RAY_ADDRESS'}: {str(exc).splitlines()[0]}",
-            "start one with `ray start --head`, or pass its address with --address HOST:PORT",
+            f"cannot reach the Ray cluster at {address or 'a new local one'}: {str(exc).splitlines()[0]}",
+            RAY_HINT,
         ) from exc
 
 
