@@ -14,7 +14,13 @@ from tracebank.warehouse import layout
 from tracebank.warehouse.errors import NotFoundError, UsageError
 from tracebank.warehouse.layout import validate_name
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.records import CollectionManifest, DatasetManifest, RunRecord, SilverManifest
+from tracebank.warehouse.records import (
+    CollectionManifest,
+    DatasetManifest,
+    RewardLayerManifest,
+    RunRecord,
+    SilverManifest,
+)
 from tracebank.warehouse.storage import Storage
 
 _REF_RE = re.compile(r"^(?P<name>[^@]+)(?:@v?(?P<version>\d+))?$")
@@ -88,6 +94,26 @@ def resolve_dataset(wh: Warehouse, ref: DatasetRef | str) -> tuple[DatasetRef, P
             return ref, folder, manifest
     have = ", ".join(f"v{version_number(f)}" for f, _ in versions)
     raise NotFoundError(f"dataset {ref} does not exist", f"{ref.name} has versions {have}")
+
+
+def resolve_reward_layer(wh: Warehouse, ref: str) -> tuple[str, Path, RewardLayerManifest]:
+    """The committed reward layer ``NAME[@vN]`` names (latest when unversioned), with folder and manifest."""
+    m = _REF_RE.match(ref.strip())
+    if not m:
+        raise UsageError(f"invalid reward layer reference {ref!r}", "use NAME or NAME@vN")
+    name = validate_name(m["name"], "reward layer name")
+    versions = Storage(wh).reward_layers(name)
+    if not versions:
+        raise NotFoundError(
+            f"no reward layer named {name!r} in {wh.root}",
+            f"score the rollouts first: `tracebank rescore --scorer MODULE:FUNCTION --name {name}`",
+        )
+    wanted = int(m["version"]) if m["version"] else version_number(versions[-1][0])
+    for folder, manifest in versions:
+        if version_number(folder) == wanted:
+            return f"{name}@v{wanted}", folder, manifest
+    have = ", ".join(f"v{version_number(f)}" for f, _ in versions)
+    raise NotFoundError(f"reward layer {name}@v{wanted} does not exist", f"{name} has versions {have}")
 
 
 def runs(wh: Warehouse) -> list[tuple[Path, RunRecord]]:

@@ -8,6 +8,8 @@ WAREHOUSE/
   silver/<collection_id>/             llm_calls, rewards, messages (+ manifest)
   datasets/<name>/v0001/              gold: one immutable dataset version
     RESERVED train.parquet [validation.parquet] manifest.json
+  rewards/<name>/v0001/                a reward layer (tracebank rescore): scores of archived rollouts
+    RESERVED scores.parquet manifest.json
   runs/<run_id>/run.json metrics.jsonl
   claims/<name>/<generation>[.alive|.released]
   tmp/                                scratch; never read
@@ -50,10 +52,11 @@ COLLECTIONS = "collections"
 SILVER = "silver"
 DATASETS = "datasets"
 RUNS = "runs"
+REWARDS = "rewards"
 CLAIMS = "claims"
 TMP = "tmp"
 #: The top-level folders a warehouse (or a mirror of one) holds.
-TOP_FOLDERS = (COLLECTIONS, SILVER, DATASETS, RUNS, TMP)
+TOP_FOLDERS = (COLLECTIONS, SILVER, DATASETS, REWARDS, RUNS, TMP)
 
 ENV_VAR = "TRACEBANK_WAREHOUSE"
 #: Moves tracebank's cache folder (default ``~/.cache/tracebank``): built environments, mirrors.
@@ -112,6 +115,15 @@ def version_key(name: str, version: int) -> str:
     return f"{dataset_key(name)}/{version_folder_name(version)}"
 
 
+def reward_layer_key(name: str) -> str:
+    """The folder of every version of reward layer ``name``."""
+    return f"{REWARDS}/{validate_name(name, 'reward layer name')}"
+
+
+def reward_version_key(name: str, version: int) -> str:
+    return f"{reward_layer_key(name)}/{version_folder_name(version)}"
+
+
 def run_key(run_id: str) -> str:
     return f"{RUNS}/{validate_name(run_id, 'run id')}"
 
@@ -127,10 +139,15 @@ class CommitFolder:
     key: str
     """Its key (``collections/<id>``, ``silver/<id>``, ``datasets/<name>/v0003``)."""
     kind: str
-    """Which manifest commits it: ``collection``, ``silver`` or ``dataset``."""
+    """Which manifest commits it: ``collection``, ``silver``, ``dataset`` or ``reward``."""
 
 
-_COMMIT_DEPTH = {COLLECTIONS: (2, "collection"), SILVER: (2, "silver"), DATASETS: (3, "dataset")}
+_COMMIT_DEPTH = {
+    COLLECTIONS: (2, "collection"),
+    SILVER: (2, "silver"),
+    DATASETS: (3, "dataset"),
+    REWARDS: (3, "reward"),
+}
 
 
 def commit_folder_of(key: str) -> CommitFolder | None:

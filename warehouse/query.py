@@ -11,6 +11,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ TABLES = (
     "rewards",
     "messages",
     "dataset_rows",
+    "preference_rows",
+    "reward_scores",
     "collections",
     "datasets",
     "runs",
@@ -192,35 +195,83 @@ def tables_read(sql: str) -> set[str] | None:
         con.close()
 
 
-def _dataset_rows_view(con: duckdb.DuckDBPyConnection, wh: Warehouse, check: bool) -> list[str]:
-    """Create the ``dataset_rows`` view; the files it reads."""
-    keys: dict[str, list[Any]] = {"filename": [], "dataset": [], "version": [], "split": []}
+@dataclass(frozen=True)
+class _VersionedTable:
+    """A table read from every committed version of datasets (or reward layers), each row tagged
+    with its version's name and number (and split, for datasets)."""
+
+    view: str
+    table: str
+    label: str
+    empty: pa.Schema
+
+
+_VERSIONED = (
+    _VersionedTable("dataset_rows", "dataset_rows", "dataset", _DATASET_ROWS_EMPTY),
+    _VersionedTable(
+        "preference_rows",
+        "preference_rows",
+        "dataset",
+        pa.schema(
+            [
+                ("dataset", pa.string()),
+                ("version", pa.int64()),
+                ("split", pa.string()),
+                *schemas.PREFERENCE_ROWS,
+            ]
+        ),
+    ),
+    _VersionedTable(
+        "reward_scores",
+        "reward_scores",
+        "layer",
+        pa.schema([("layer", pa.string()), ("version", pa.int64()), *schemas.REWARD_SCORES]),
+    ),
+)
+
+
+def _versions_of(wh: Warehouse, spec: _VersionedTable) -> list[tuple[str, Path, Manifest]]:
+    if spec.label == "layer":
+        return [(m.name, folder, m) for folder, m in Storage(wh).reward_layers()]
+    return [(m.name, folder, m) for folder, m in catalog.dataset_versions(wh)]
+
+
+def _versioned_view(
+    con: duckdb.DuckDBPyConnection, wh: Warehouse, spec: _VersionedTable, check: bool
+) -> list[str]:
+    """Create the view ``spec`` names; the files it reads."""
+    keys: dict[str, list[Any]] = {"filename": [], spec.label: [], "version": []}
+    if "split" in spec.empty.names:
+        keys["split"] = []
     problems: list[str] = []
-    for folder, manifest in catalog.dataset_versions(wh):
+    for name, folder, manifest in _versions_of(wh, spec):
         for entry in manifest.files:
+            if (entry.table or "dataset_rows") != spec.table:
+                continue
             problem = _file_problem(folder, entry, check)
             if problem is not None:
                 problems.append(problem)
             keys["filename"].append(str(folder / entry.path))
-            keys["dataset"].append(manifest.name)
+            keys[spec.label].append(name)
             keys["version"].append(catalog.version_number(folder))
-            keys["split"].append(entry.split or "train")
-    empty = _DATASET_ROWS_EMPTY
+            if "split" in keys:
+                keys["split"].append(entry.split or "train")
     if problems:
-        _damaged_view(con, "dataset_rows", empty, problems)
+        _damaged_view(con, spec.view, spec.empty, problems)
         return []
     if not keys["filename"]:
-        _view_over_arrow(con, "dataset_rows", empty.empty_table())
+        _view_over_arrow(con, spec.view, spec.empty.empty_table())
         return []
-    files = _internal_table(con, "dataset_files", pa.table(keys))
+    files = _internal_table(con, f"{spec.view}_files", pa.table(keys))
+    tags = ", ".join(f"f.{k}" for k in keys if k != "filename")
     try:
         con.execute(
-            "CREATE VIEW dataset_rows AS SELECT f.dataset, f.version, f.split, r.* EXCLUDE (filename) "
+            f"CREATE VIEW {spec.view} AS SELECT {tags}, r.* EXCLUDE (filename) "
             f"FROM read_parquet({_sql_list(keys['filename'])}, filename = true, union_by_name = true) r "
             f"JOIN {files} f USING (filename)"
         )
     except duckdb.Error as exc:
-        _damaged_view(con, "dataset_rows", empty, [f"unreadable Parquet file: {_first_line(exc)}"])
+        _damaged_view(con, spec.view, spec.empty, [f"unreadable Parquet file: {_first_line(exc)}"])
         return []
     return keys["filename"]
 
@@ -260,6 +311,10 @@ RUN_KEYS = (
 )
 
 
+#: What a DPO run logs besides its loss (null for SFT runs).
+_DPO_METRICS = ("rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy")
+
+
 def _run_metrics_view(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
     rows: list[dict[str, Any]] = []
     storage = Storage(wh)
@@ -276,6 +331,7 @@ def _run_metrics_view(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
                     "grad_norm": event.get("grad_norm"),
                     "tokens": event.get("tokens"),
                     "time": event.get("time"),
+                    **{name: event.get(name) for name in _DPO_METRICS},
                 }
             )
     schema = pa.schema(
@@ -289,6 +345,7 @@ def _run_metrics_view(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
             ("grad_norm", pa.float64()),
             ("tokens", pa.int64()),
             ("time", pa.float64()),
+            *((name, pa.float64()) for name in _DPO_METRICS),
         ]
     )
     _view_over_arrow(con, "run_metrics", pa.Table.from_pylist(rows, schema=schema))
@@ -321,11 +378,12 @@ def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> 
             _damaged_view(con, name, schema, damaged[name])
         else:
             _view_over_files(con, name, (bronze if name in schemas.BRONZE else silver).get(name, []), schema)
-    if only is None or "dataset_rows" in only:
-        gold = _dataset_rows_view(con, wh, check)
-    else:
-        gold = []
-        _view_over_arrow(con, "dataset_rows", _DATASET_ROWS_EMPTY.empty_table())
+    gold = []
+    for spec in _VERSIONED:
+        if only is None or spec.view in only:
+            gold += _versioned_view(con, wh, spec, check)
+        else:
+            _view_over_arrow(con, spec.view, spec.empty.empty_table())
     _catalog_view(con, "collections", [m.to_json() for _, m in collections], COLLECTION_KEYS)
     _catalog_view(con, "datasets", [m.to_json() for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)
     _catalog_view(con, "runs", [r.to_json() for _, r in catalog.runs(wh)], RUN_KEYS)

@@ -270,11 +270,16 @@ class DatasetManifest(Manifest):
     other: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know, kept as read."""
 
+    @property
+    def kind(self) -> str:
+        """``sft`` (token rows) or ``preference`` (chosen/rejected pairs)."""
+        return str(self.params.get("kind") or "sft")
+
     def split_files(self) -> dict[str, list[FileEntry]]:
         """Row files per split (``train`` first)."""
         out: dict[str, list[FileEntry]] = {}
         for entry in self.files:
-            if (entry.table or "dataset_rows") == "dataset_rows":
+            if (entry.table or "dataset_rows") in ("dataset_rows", "preference_rows"):
                 out.setdefault(entry.split or "train", []).append(entry)
         return out
 
@@ -283,6 +288,38 @@ class DatasetManifest(Manifest):
         if out.get("notes") is None:
             out.pop("notes", None)
         return out
+
+
+@dataclass(kw_only=True)
+class RewardLayerManifest(Manifest):
+    """``rewards/<name>/vNNNN/manifest.json``: scores a scorer gave archived rollouts (tracebank rescore)."""
+
+    WHAT: ClassVar[str] = "reward layer manifest"
+
+    name: str
+    """Layer name (``--name``)."""
+    version: int
+    """Version number (the folder's vNNNN)."""
+    scorer: str
+    """The scorer, ``module:function``."""
+    source_hash: str
+    """sha256 of the scorer's source file: the same source gives the same layer."""
+    content_hash: str
+    """Hash of scorer, source, collections and scores."""
+    created_at: str | None = None
+    """ISO time of the commit."""
+    tracebank_version: str | None = None
+    """tracebank that built it."""
+    source_file: str | None = None
+    """Where the scorer's source was read from."""
+    collections: list[str] = field(default_factory=list)
+    """Collections whose rollouts were scored."""
+    counts: dict[str, Any] = field(default_factory=dict)
+    """Rollouts, scored, unscored (None returned), failed, and the first line of each failure."""
+    format_version: int = 1
+    """Shape version of this manifest."""
+    other: dict[str, Any] = field(default_factory=dict)
+    """Keys this version does not know, kept as read."""
 
 
 @dataclass

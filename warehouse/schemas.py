@@ -158,6 +158,35 @@ DATASET_ROWS = pa.schema(
     ]
 )
 
+#: A --kind preference version's rows: a prompt, a better and a worse continuation of it (token ids;
+#: labels -100 where a continuation is not trained, such as tool output between turns).
+PREFERENCE_ROWS = pa.schema(
+    [
+        ("task", pa.string()),
+        ("prompt_input_ids", TOKENS),
+        ("chosen_input_ids", TOKENS),
+        ("chosen_labels", TOKENS),
+        ("rejected_input_ids", TOKENS),
+        ("rejected_labels", TOKENS),
+        ("chosen_reward", pa.float64()),
+        ("rejected_reward", pa.float64()),
+        ("chosen_rollout_id", pa.string()),
+        ("rejected_rollout_id", pa.string()),
+    ]
+)
+
+#: A reward layer's scores (tracebank rescore): one row per archived rollout scored; ``score`` is null
+#: when the scorer returned None or failed, ``error`` the first line of its failure.
+REWARD_SCORES = pa.schema(
+    [
+        ("collection_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("attempt_id", pa.string()),
+        ("score", pa.float64()),
+        ("error", pa.string()),
+    ]
+)
+
 BRONZE = {"rollouts": ROLLOUTS, "attempts": ATTEMPTS, "spans": SPANS, "events": EVENTS}
 SILVER = {"llm_calls": LLM_CALLS, "rewards": REWARDS, "messages": MESSAGES}
 

@@ -38,6 +38,7 @@ from tracebank.warehouse.records import (
     DatasetManifest,
     FileEntry,
     Manifest,
+    RewardLayerManifest,
     RunRecord,
     SilverManifest,
 )
@@ -125,6 +126,7 @@ MANIFEST_KINDS: dict[str, type[Manifest]] = {
     "collection": CollectionManifest,
     "silver": SilverManifest,
     "dataset": DatasetManifest,
+    "reward": RewardLayerManifest,
 }
 
 
@@ -316,6 +318,20 @@ class Storage:
         """The next free version number of ``name`` (uncommitted folders count as taken)."""
         return commit.next_version(self.store, layout.dataset_key(name))
 
+    def reward_layers(self, name: str | None = None) -> list[tuple[Path, RewardLayerManifest]]:
+        """Committed reward layer versions (of ``name``, or of every layer), by name then version."""
+        names = [name] if name else self.store.children(layout.REWARDS)
+        out: list[tuple[Path, RewardLayerManifest]] = []
+        for n in names:
+            for folder, manifest in self._committed_under(layout.reward_layer_key(n), RewardLayerManifest):
+                if layout.version_number(folder.name) is not None:
+                    out.append((folder, manifest))
+        return out
+
+    def reward_scores(self, folder: Path, manifest: RewardLayerManifest) -> pa.Table:
+        """The scores a committed reward layer holds."""
+        return read_table(files_of(folder, manifest), schema=schemas.REWARD_SCORES)
+
     def run_ids(self) -> list[str]:
         """The ids of every run with a record, oldest first (ids sort by time)."""
         keys = (f.path.split("/") for f in self.store.walk(layout.RUNS))
@@ -429,8 +445,25 @@ class Storage:
         return folder / layout.MANIFEST
 
     def abandon_version(self, folder: Path) -> None:
-        """Drop a reserved version that failed before its commit."""
+        """Drop a reserved version (of a dataset or a reward layer) that failed before its commit."""
         commit.release_version(self.store, self.wh.key(folder))
+
+    def reserve_reward_layer(self, name: str) -> tuple[int, Path]:
+        """Claim the next free version folder of reward layer ``name`` (abandon with abandon_version)."""
+        owner = Owner.current(f"rescore {name}")
+        version = commit.reserve_version(self.store, layout.reward_layer_key(name), owner)
+        folder = self.wh.path(layout.reward_version_key(name, version))
+        folder.mkdir(parents=True, exist_ok=True)
+        return version, folder
+
+    def commit_reward_layer(self, folder: Path, manifest: RewardLayerManifest) -> Path:
+        """Make a reserved reward layer version visible (immutable from now on)."""
+        if self.wh.key(folder) != layout.reward_version_key(manifest.name, manifest.version):
+            raise WarehouseError(
+                f"manifest of reward layer {manifest.name}@v{manifest.version} does not belong in {folder}"
+            )
+        commit.commit_folder(self.store, self.wh.key(folder), manifest, exclusive=True)
+        return folder / layout.MANIFEST
 
     def replace_silver(
         self,

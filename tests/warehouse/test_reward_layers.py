@@ -1,0 +1,67 @@
+"""Reward layers in the warehouse: committed like dataset versions; gc and verify know them."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from tracebank.warehouse import layout, schemas
+from tracebank.warehouse.catalog import resolve_reward_layer
+from tracebank.warehouse.errors import NotFoundError
+from tracebank.warehouse.gc import gc
+from tracebank.warehouse.records import RewardLayerManifest
+from tracebank.warehouse.storage import Storage, encode_parquet
+from tracebank.warehouse.verify import verify
+
+
+def commit_layer(wh, name: str, scores: list[float | None]) -> RewardLayerManifest:
+    storage = Storage(wh)
+    version, folder = storage.reserve_reward_layer(name)
+    table = pa.Table.from_pydict(
+        {
+            "collection_id": ["c"] * len(scores),
+            "rollout_id": [f"r{i}" for i in range(len(scores))],
+            "attempt_id": ["a"] * len(scores),
+            "score": scores,
+            "error": [None] * len(scores),
+        },
+        schema=schemas.REWARD_SCORES,
+    )
+    entry = storage.write_buffer(
+        folder, "scores.parquet", encode_parquet(table), table.num_rows, "reward_scores"
+    )
+    manifest = RewardLayerManifest(
+        name=name, version=version, scorer="m:f", source_hash="s", content_hash=f"h{version}", files=[entry]
+    )
+    storage.commit_reward_layer(folder, manifest)
+    return manifest
+
+
+def test_layers_resolve_by_name_and_version_and_read_back(wh):
+    commit_layer(wh, "short", [1.0, None])
+    commit_layer(wh, "short", [2.0])
+    assert layout.commit_folder_of("rewards/short/v0001/scores.parquet").kind == "reward"
+    ref, folder, manifest = resolve_reward_layer(wh, "short")
+    assert ref == "short@v2" and manifest.content_hash == "h2"
+    ref, folder, manifest = resolve_reward_layer(wh, "short@v1")
+    assert Storage(wh).reward_scores(folder, manifest).column("score").to_pylist() == [1.0, None]
+    with pytest.raises(NotFoundError, match="short@v3 does not exist") as missing:
+        resolve_reward_layer(wh, "short@v3")
+    assert missing.value.hint == "short has versions v1, v2"
+    with pytest.raises(NotFoundError, match="no reward layer named 'other'") as unknown:
+        resolve_reward_layer(wh, "other")
+    assert "tracebank rescore" in (unknown.value.hint or "")
+
+
+def test_gc_keeps_committed_layers_removes_abandoned_ones_and_verify_hashes_them(wh):
+    commit_layer(wh, "short", [1.0])
+    _, abandoned = Storage(wh).reserve_reward_layer("short")  # a writer that died before its commit
+    (abandoned / "scores.parquet").write_bytes(b"partial")
+    report = verify(wh)
+    assert not report.damaged and report.commits >= 1
+    gc(wh, min_age_s=0)
+    assert (wh.root / "rewards/short/v0001/scores.parquet").is_file()
+    assert not abandoned.exists()
+    (wh.root / "rewards/short/v0001/scores.parquet").write_bytes(b"x")
+    assert [where for where, _ in verify(wh).damaged] == [
+        f"{wh.store.uri}/rewards/short/v0001/scores.parquet"
+    ]
