@@ -1,8 +1,9 @@
-"""The transform stage: collected spans to versioned, pre-tokenized SFT datasets.
+"""The transform stage: collected spans to versioned, pre-tokenized datasets (SFT rows or preference pairs).
 
 ``transform(wh, TransformConfig(name=...))`` writes ``NAME@vN`` from the silver tables that
 ``collect`` built for the chosen collections, with ``config.rules`` (the recipe's rows or
-1.0's) on ``config.engine`` (this process, or a Ray cluster at ``config.address``).
+1.0's) on ``config.engine`` (this process, or a Ray cluster at ``config.address``);
+``config.kind="preference"`` writes chosen/rejected pairs of same-task rollouts instead.
 """
 
 from tracebank.lazy import lazy_exports

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from tracebank.transform.errors import TransformUsageError
+from tracebank.transform.preference import PreferenceRules
 from tracebank.warehouse.layout import validate_name
 
 SELECT_BY = ("triplet", "rollout")
@@ -14,6 +15,7 @@ MERGE = ("none", "trajectory")
 RULES = ("recipe", "agl1")
 ENGINES = ("local", "ray")
 LEVELS = ("trajectory", "transition")
+KINDS = ("sft", "preference")
 
 
 Level = Literal["transition", "trajectory"]
@@ -92,6 +94,15 @@ class TransformConfig:
     address: str | None = None
     """Ray cluster to join with --engine ray (default: $RAY_ADDRESS, else a local Ray)."""
 
+    kind: str = "sft"
+    """sft: token rows to imitate; preference: chosen/rejected pairs of same-task rollouts (for DPO)."""
+
+    preference: PreferenceRules = field(default_factory=PreferenceRules)
+    """How --kind preference pairs rollouts (--min-margin, --pairs-per-task, --pairing, --unit)."""
+
+    rewards: str | None = None
+    """Reward layer NAME or NAME@vN (from `tracebank rescore`) whose scores replace the collected rewards."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form notes recorded in the manifest (not part of the content hash)."""
 
@@ -122,7 +133,35 @@ class TransformConfig:
             raise TransformUsageError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.address is not None and self.engine != "ray":
             raise TransformUsageError("--address only applies to --engine ray")
+        self._validate_kind()
         return self
+
+    def _validate_kind(self) -> None:
+        if self.kind not in KINDS:
+            raise TransformUsageError(f"--kind must be one of {', '.join(KINDS)}")
+        if self.rewards is not None and self.rules == "agl1":
+            raise TransformUsageError(
+                "--rewards does not apply to --rules agl1 (1.0's rows keep 1.0's rewards)"
+            )
+        if self.kind == "sft":
+            if self.preference != PreferenceRules():
+                raise TransformUsageError(
+                    "--min-margin, --pairs-per-task, --pairing and --unit apply to --kind preference"
+                )
+            return
+        problems = self.preference.problems()
+        if problems:
+            raise TransformUsageError(problems[0])
+        sft_only = ("top_fraction", "min_reward", "select_by", "per_task", "val_fraction", "max_length")
+        changed = [
+            n for n in (*sft_only, "dedup", "merge", "rules") if getattr(self, n) != getattr(_DEFAULTS, n)
+        ]
+        if changed:
+            flags = ", ".join("--" + n.replace("_", "-") for n in changed)
+            raise TransformUsageError(
+                f"{flags} select SFT rows; --kind preference pairs rollouts",
+                "use --min-margin, --pairs-per-task, --pairing and --unit",
+            )
 
     def _validate_agl1(self) -> None:
         recipe_only = ("top_fraction", "min_reward", "select_by", "per_task", "val_fraction", "max_length")
@@ -152,6 +191,13 @@ class TransformConfig:
         if self.rules == "recipe":  # so a recipe version's params and content hash stay what they were
             out.pop("rules")
             out.pop("agl1")
+        if self.kind == "sft":  # so an SFT version's params and content hash stay what they were
+            out.pop("kind")
+            out.pop("preference")
+        else:  # the SFT selection options do not apply to pairs
+            out = {k: out[k] for k in ("name", "collections", "kind", "preference", "rewards")}
+        if self.rewards is None:
+            out.pop("rewards")
         out["collections"] = sorted(self.collections)
         return out
 

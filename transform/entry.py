@@ -19,6 +19,7 @@ from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import TransformUsageError
 from tracebank.transform.inputs import Chosen, choose_collections
 from tracebank.transform.local_engine import build_recipe_locally
+from tracebank.transform.preference_build import build_preference
 from tracebank.transform.ray_engine import build_recipe_on_ray
 from tracebank.transform.version import TransformResult
 from tracebank.warehouse.location import Warehouse
@@ -30,6 +31,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("local", "recipe"): build_recipe_locally,
     ("local", "agl1"): build_agl1,
     ("ray", "recipe"): build_recipe_on_ray,
+    ("local", "preference"): build_preference,  # --kind preference: pairs instead of a rule set's rows
 }
 
 
@@ -37,11 +39,13 @@ def check(config: TransformConfig) -> Builder:
     """The builder of ``config``'s engine and rule set; TransformUsageError on a bad option or an
     engine that does not build the rule set."""
     config.validate()
-    builder = BUILDERS.get((config.engine, config.rules))
+    rows = "preference" if config.kind == "preference" else config.rules
+    builder = BUILDERS.get((config.engine, rows))
     if builder is None:
-        engines = [e for e, r in BUILDERS if r == config.rules]
+        engines = [e for e, r in BUILDERS if r == rows]
+        what = "--kind preference" if config.kind == "preference" else f"--rules {config.rules}"
         raise TransformUsageError(
-            f"--engine {config.engine} does not build --rules {config.rules}",
+            f"--engine {config.engine} does not build {what}",
             f"use --engine {' or '.join(engines)}",
         )
     return builder

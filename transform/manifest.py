@@ -165,6 +165,13 @@ def stats(splits: dict[str, pl.DataFrame], max_ids: list[int | None]) -> dict[st
 def summary_line(manifest: dict[str, Any]) -> str:
     """``wrote NAME@vN: R rows (of C calls; U unrewarded, X rejected), T tokens, hash H``."""
     c = manifest["counts"]
+    if (manifest.get("params") or {}).get("kind") == "preference":
+        return (
+            f"wrote {manifest['name']}@v{manifest['version']}: {manifest['rows']:,} pairs from "
+            f"{c['groups']:,} groups ({c['ties']:,} ties, {c['below_margin']:,} below the margin, "
+            f"{c['singletons']:,} single-rollout tasks, {c['differing_prompts']:,} differing prompts), "
+            f"hash {manifest['content_hash'][:8]}"
+        )
     rejected = sum(c.get("rejected", {}).values())
     return (
         f"wrote {manifest['name']}@v{manifest['version']}: {manifest['rows']:,} rows "

@@ -11,6 +11,7 @@ per-call columns; the token lists are copied once, a piece at a time, into the f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -20,6 +21,7 @@ import polars as pl
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.transform.inputs import Chosen, Inputs
+from tracebank.transform.rewards import layer_scores, with_layer_rewards
 from tracebank.transform.rows import CallTokens, RowTokens, build_rows
 from tracebank.transform.select import rollout_scores, select_rows
 from tracebank.transform.triplets import CallCounts, rewarded_calls
@@ -49,12 +51,20 @@ def build_recipe(
     ``tokens`` is only called when rows are materialised on this process
     (``--merge trajectory``, ``--dedup``, or a ``write`` that does it here).
     """
-    planned, source = plan_recipe(config, chosen, inputs, tokens)
+    layer = None
+    if config.rewards is not None:  # a reward layer's scores instead of the collected rewards
+        layer = layer_scores(wh, config.rewards)
+        config = dataclasses.replace(config, rewards=layer[1]["ref"])  # params (and hash) name its version
+    planned, source = plan_recipe(config, chosen, inputs, tokens, layer)
     return commit_version(wh, config, chosen, planned, partial(write, source))
 
 
 def plan_recipe(
-    config: TransformConfig, chosen: Chosen, inputs: Inputs, tokens: Callable[[], CallTokens]
+    config: TransformConfig,
+    chosen: Chosen,
+    inputs: Inputs,
+    tokens: Callable[[], CallTokens],
+    layer: tuple[pl.DataFrame, dict[str, Any]] | None = None,
 ) -> tuple[Planned, RowTokens]:
     """The selected train and validation rows and their counts; where the rows' tokens are.
 
@@ -67,6 +77,9 @@ def plan_recipe(
     rows, source, merge_stats = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
     scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
     del rewarded, tasks
+    recorded = None
+    if layer is not None:  # ``--rewards``: each row's reward is its rollout's score in the layer
+        rows, scores, recorded = with_layer_rewards(rows, scores, *layer)
     # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
     rows = rows.sort(["rollout_id", "call_index"], descending=[False, True])
     train, validation, select_counts = select_rows(rows, scores, config, source)
@@ -81,6 +94,8 @@ def plan_recipe(
         "merged": merge_stats,
         **select_counts.as_dict(),
     }
+    if recorded is not None:
+        counts["reward_layer"] = recorded
     counts["kept"] = train.height + validation.height
     if train.height == 0:
         raise EmptyDatasetError(

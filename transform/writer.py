@@ -157,17 +157,17 @@ def whole_split(
     split: str,
     _frame: pl.DataFrame,
     provenance: dict[str, Any],
+    table_name: str = "dataset_rows",
 ) -> OpenSplit:
     """``table``, a split built whole in memory: digested now, written as one file ``<split>.parquet``
-    when :attr:`OpenSplit.stamp` brings the fields known only then (the content hash).
-    ``partial(whole_split, table)`` is a :data:`SplitOpener` (the plan ``_frame`` is ``table``'s)."""
+    (of the warehouse table ``table_name``) when :attr:`OpenSplit.stamp` brings the fields known only
+    then (the content hash). ``partial(whole_split, table)`` is a :data:`SplitOpener` (the plan
+    ``_frame`` is ``table``'s)."""
     written: list[FileEntry] = []
 
     def stamp(fields: dict[str, Any]) -> None:
         stamped = table.replace_schema_metadata(metadata_fields({**provenance, "split": split, **fields}))
-        entry = storage.write_buffer(
-            folder, f"{split}.parquet", encode(stamped), table.num_rows, "dataset_rows"
-        )
+        entry = storage.write_buffer(folder, f"{split}.parquet", encode(stamped), table.num_rows, table_name)
         entry.split = split
         written.append(entry)
 
@@ -175,5 +175,11 @@ def whole_split(
         assert written, "the file is written when the content hash is known"
         return written
 
-    max_id = pc.max(pc.list_flatten(table.column("input_ids"))).as_py()
+    # every token-id column: input_ids of SFT rows; prompt, chosen and rejected ids of pairs
+    ids = [
+        pc.max(pc.list_flatten(table.column(n))).as_py()
+        for n in table.column_names
+        if n.endswith("input_ids")
+    ]
+    max_id = max((i for i in ids if i is not None), default=None)
     return OpenSplit(rows_digest(table), max_id, stamp, entries)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from typing import Any
@@ -9,7 +10,17 @@ from typing import Any
 import click
 
 from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
-from tracebank.transform.config import ENGINES, LEVELS, MERGE, RULES, SELECT_BY, Agl1Limits, TransformConfig
+from tracebank.transform.config import (
+    ENGINES,
+    KINDS,
+    LEVELS,
+    MERGE,
+    RULES,
+    SELECT_BY,
+    Agl1Limits,
+    TransformConfig,
+)
+from tracebank.transform.preference import PAIRINGS, UNITS, PreferenceRules
 
 AGL1_OPTIONS = (
     "level",
@@ -54,6 +65,12 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
 @config_option(Agl1Limits, "reward_fillna_value", "--agl1-reward-fillna")
 @config_option(TransformConfig, "engine", type=click.Choice(ENGINES))
 @config_option(TransformConfig, "address", metavar="HOST:PORT")
+@config_option(TransformConfig, "kind", type=click.Choice(KINDS))
+@config_option(PreferenceRules, "min_margin")
+@config_option(PreferenceRules, "pairs_per_task", metavar="K")
+@config_option(PreferenceRules, "pairing", type=click.Choice(PAIRINGS))
+@config_option(PreferenceRules, "unit", type=click.Choice(UNITS))
+@config_option(TransformConfig, "rewards", metavar="NAME[@vN]")
 @pass_warehouse
 def transform(
     wh: Any,
@@ -77,7 +94,10 @@ def transform(
     if not name:
         raise click.UsageError("Missing option '--dataset'.")
     limits = Agl1Limits(**{f: options.pop(f) for f in AGL1_OPTIONS})
-    config = TransformConfig(name=name, collections=tuple(collections), agl1=limits, **options)
+    rules = PreferenceRules(**{f.name: options.pop(f.name) for f in dataclasses.fields(PreferenceRules)})
+    config = TransformConfig(
+        name=name, collections=tuple(collections), agl1=limits, preference=rules, **options
+    )
     wh.check_format()
     check(config)  # before any silver is built
     chosen = tuple(cid for cid, _ in choose_collections(wh, config.collections))
@@ -145,20 +165,38 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
-    """The manifest essentials of one version, readable."""
+def _preference_lines(m: dict[str, Any]) -> list[str]:
+    """What a preference version holds and left out."""
+    st, c = m.get("stats", {}), m.get("counts", {})
+    margin = c.get("margin") or {}
+    lines = [
+        f"pairs        {_fmt(m.get('rows', 0))} from {_fmt(c.get('groups', 0))} groups of "
+        f"{_fmt(c.get('rollouts', 0))} rollouts in {_fmt(c.get('tasks', 0))} tasks",
+        f"left out     ties {_fmt(c.get('ties', 0))}, below margin {_fmt(c.get('below_margin', 0))}, "
+        f"over per task {_fmt(c.get('over_per_task', 0))}, "
+        f"single-rollout tasks {_fmt(c.get('singletons', 0))}, "
+        f"differing prompts {_fmt(c.get('differing_prompts', 0))}",
+        f"margin       min {_fmt(margin.get('min'))}  mean {_fmt(margin.get('mean'))}  "
+        f"max {_fmt(margin.get('max'))}",
+        f"tokens       {_fmt(st.get('tokens', 0))}, longest pair {_fmt(st.get('max_length', 0))}, "
+        f"max token id {_fmt(st.get('max_token_id'))}",
+    ]
+    if c.get("reward_layer"):
+        layer = c["reward_layer"]
+        lines.append(
+            f"rewards      layer {layer['ref']} ({layer['scorer']}, "
+            f"source {str(layer['source_hash'])[:12]}), "
+            f"{_fmt(c.get('unscored_rollouts', 0))} rollouts unscored"
+        )
+    return lines
+
+
+def _sft_lines(m: dict[str, Any]) -> list[str]:
+    """What an SFT version holds and left out."""
     st, c = m.get("stats", {}), m.get("counts", {})
     reward = st.get("reward") or {}
     lengths = st.get("lengths") or {}
-    params = {
-        k: v
-        for k, v in (m.get("params") or {}).items()
-        if v is not None and v is not False and v != [] and k != "name"
-    }
     lines = [
-        f"{ref}  ({folder})",
-        f"created      {_created(m.get('created_at'))}  tracebank {m.get('tracebank_version', '?')}",
-        f"hash         {m.get('content_hash', '')}",
         f"rows         {_fmt(m.get('rows', 0))}  "
         + "  ".join(f"{k} {_fmt(v)}" for k, v in (st.get("rows_by_split") or {}).items() if v),
         f"tokens       {_fmt(st.get('tokens', 0))} ({_fmt(st.get('trained_tokens', 0))} trained), "
@@ -181,6 +219,23 @@ def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
             f"merged       {_fmt(mg['calls'])} calls into {_fmt(mg['rows'])} rows, "
             f"{_fmt(mg['tokens_saved'])} tokens saved, {mg['prefix_breaks']} prefix breaks"
         )
+    return lines
+
+
+def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
+    """The manifest essentials of one version, readable."""
+    preference = (m.get("params") or {}).get("kind") == "preference"
+    params = {
+        k: v
+        for k, v in (m.get("params") or {}).items()
+        if v is not None and v is not False and v != [] and k != "name"
+    }
+    lines = [
+        f"{ref}  ({folder})",
+        f"created      {_created(m.get('created_at'))}  tracebank {m.get('tracebank_version', '?')}",
+        f"hash         {m.get('content_hash', '')}",
+        *(_preference_lines(m) if preference else _sft_lines(m)),
+    ]
     lines.append("params       " + "  ".join(f"{k}={_fmt(v)}" for k, v in sorted(params.items())))
     for s in m.get("sources", []):
         lines.append(f"source       {s['collection_id']}  {str(s.get('content_hash', ''))[:12]}")

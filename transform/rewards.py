@@ -1,0 +1,49 @@
+"""``--rewards NAME[@vN]``: a reward layer's scores (from ``tracebank rescore``) in place of the collected
+final rewards, for SFT and preference versions alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from tracebank.warehouse.catalog import resolve_reward_layer
+from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
+
+
+def layer_scores(wh: Warehouse, ref: str) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """(rollout_id, score) of every rollout the layer scored, and what the manifest records of it."""
+    resolved, folder, manifest = resolve_reward_layer(wh, ref)
+    table = Storage(wh).reward_scores(folder, manifest)
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    # A rollout collected twice was scored twice, with the same record: one score each.
+    scored = frame.filter(pl.col("score").is_not_null()).unique("rollout_id", keep="last")
+    record = {
+        "ref": resolved,
+        "scorer": manifest.scorer,
+        "source_hash": manifest.source_hash,
+        "content_hash": manifest.content_hash,
+    }
+    return scored.select("rollout_id", "score").sort("rollout_id"), record
+
+
+def apply_layer(wh: Warehouse, ref: str, scores: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, Any], int]:
+    """``scores`` (rollout_id, score) with the layer's scores instead; rollouts it left unscored are
+    dropped (their count is the third value); the second is the layer's manifest record."""
+    layer, record = layer_scores(wh, ref)
+    rescored = scores.select("rollout_id").join(layer, on="rollout_id", how="inner")
+    return rescored, record, scores.height - rescored.height
+
+
+def with_layer_rewards(
+    rows: pl.DataFrame, scores: pl.DataFrame, layer: pl.DataFrame, record: dict[str, Any]
+) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """SFT rows and rollout scores with the layer's score (:func:`layer_scores`) as every row's reward;
+    rows of rollouts the layer left unscored are dropped. The third value is what the manifest
+    records (``record`` and that count)."""
+    kept = scores.drop("score").join(layer, on="rollout_id", how="inner", maintain_order="left")
+    rows = rows.drop("reward").join(
+        layer.rename({"score": "reward"}), on="rollout_id", how="inner", maintain_order="left"
+    )
+    return rows, kept, {**record, "unscored_rollouts": scores.height - kept.height}
