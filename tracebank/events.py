@@ -38,6 +38,14 @@ class Metric:
     """Seconds since training began."""
     token_accuracy: float | None = None
     """Share of trained tokens predicted right (TRL's mean_token_accuracy)."""
+    rewards_chosen: float | None = None
+    """DPO: mean implicit reward of the chosen answers (beta times their log-ratio to the reference)."""
+    rewards_rejected: float | None = None
+    """DPO: mean implicit reward of the rejected answers."""
+    rewards_margin: float | None = None
+    """DPO: mean of chosen minus rejected reward."""
+    rewards_accuracy: float | None = None
+    """DPO: share of pairs whose chosen reward is higher."""
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "step",
@@ -49,6 +57,10 @@ class Metric:
         "tokens",
         "time",
         "token_accuracy",
+        "rewards_chosen",
+        "rewards_rejected",
+        "rewards_margin",
+        "rewards_accuracy",
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,6 +158,17 @@ class RolloutProgress(Event):
     done: int
     total: int
     succeeded: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class RescoreProgress(Event):
+    """Archived rollouts a scorer has scored so far (tracebank rescore)."""
+
+    kind: ClassVar[str] = "rescored"
+    done: int
+    total: int
+    scored: int
     failed: int
 
 
@@ -290,6 +313,7 @@ _KINDS: dict[str, type[Event]] = {
         ServerReady,
         ProxyReady,
         RolloutProgress,
+        RescoreProgress,
         RolledOut,
         Collected,
         Transformed,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ("collect", "transform", "train", "serve", "view")
+STAGES = ("collect", "transform", "train", "serve", "view", "rescore")
 ORCHESTRATORS = ("loop", "cli")
 # Folder in the repository -> the package it installs as.
 FOLDERS = {"warehouse": "warehouse", **{s: s for s in STAGES}, "loop": "loop", "cli": "tracebank/cli"}

@@ -37,6 +37,7 @@ COMMAND_MODULES = {
     "gc": "gc_cmd",
     "inspect": "train_cmd",
     "report": "view_cmd",
+    "rescore": "rescore_cmd",
     "round": "demo_cmd",
     "runs": "train_cmd",
     "show": "view_cmd",

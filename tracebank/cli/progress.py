@@ -30,6 +30,12 @@ def describe(event: ev.Event, max_steps: int | None = None) -> str | None:
 
 
 @describe.register
+def _(event: ev.RescoreProgress, max_steps: int | None = None) -> str:
+    failed = f", {event.failed} failed" if event.failed else ""
+    return f"rescored {event.done}/{event.total} rollouts: {event.scored} scored{failed}"
+
+
+@describe.register
 def _(event: ev.ModelReady, max_steps: int | None = None) -> str:
     return ("built the tiny model " if event.built else "starting from ") + event.model
 
@@ -186,6 +192,10 @@ class Progress:
         if isinstance(event, ev.RolloutProgress):
             failed = f", {event.failed} failed" if event.failed else ""
             self._bar("rollouts", event.total, event.done, f"{event.succeeded} ok{failed}")
+            return True
+        if isinstance(event, ev.RescoreProgress):
+            failed = f", {event.failed} failed" if event.failed else ""
+            self._bar("rescored", event.total, event.done, f"{event.scored} scored{failed}")
             return True
         if isinstance(event, ev.MetricLogged) and event.metric.split == "train" and self.max_steps:
             m = event.metric

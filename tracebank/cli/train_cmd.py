@@ -11,7 +11,7 @@ import click
 from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
 from tracebank.cli.output import echo_rows
 from tracebank.cli.progress import Progress, loss
-from tracebank.train.config import BACKENDS, EVAL_STRATEGIES, SAVE_METHODS, TrainConfig
+from tracebank.train.config import BACKENDS, DPO_LOSSES, EVAL_STRATEGIES, METHODS, SAVE_METHODS, TrainConfig
 
 
 def _summary_line(record: Any) -> str:
@@ -68,6 +68,9 @@ def _train_option(name: str, *flags: str, **extra: Any) -> Any:
 @_train_option("report_to", multiple=True, metavar="NAME", default=())
 @_train_option("timeout")
 @_train_option("seed")
+@_train_option("method", type=click.Choice(METHODS))
+@_train_option("beta")
+@_train_option("dpo_loss", type=click.Choice(DPO_LOSSES))
 @click.option("--quiet", is_flag=True, help="No progress on stderr; only the summary line.")
 @pass_warehouse
 def train(wh, quiet: bool, target_modules: str | None, **options: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import config_option, pass_warehouse
-from tracebank.view.config import EXPORT_FORMATS, ExportConfig, ReportConfig, ShowConfig
+from tracebank.view.config import EXPORT_FORMATS, PREFERENCE_FORMATS, ExportConfig, ReportConfig, ShowConfig
 
 
 @click.command()
@@ -51,7 +51,7 @@ def report(wh: Any, **options: Any) -> None:
 
 @click.command()
 @click.argument("dataset", metavar="NAME[@vN]")
-@config_option(ExportConfig, "format", "--to", type=click.Choice(EXPORT_FORMATS))
+@config_option(ExportConfig, "format", "--to", type=click.Choice(EXPORT_FORMATS + PREFERENCE_FORMATS))
 @config_option(ExportConfig, "output", "--output", "-o", type=click.Path(path_type=Path), required=True)
 @config_option(ExportConfig, "tokenizer", metavar="DIR")
 @config_option(ExportConfig, "split", type=click.Choice(["train", "validation"]))
