@@ -67,10 +67,11 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     emit({"event": "started", "pid": os.getpid()})
 
+    from tracebank.train.dpo import DPORecipe
     from tracebank.train.errors import TrainError
     from tracebank.train.recipe import SFTRecipe
 
-    recipe = SFTRecipe(spec, emit)
+    recipe = (DPORecipe if spec["config"].get("method") == "dpo" else SFTRecipe)(spec, emit)
     try:
         recipe.setup()
         stats = recipe.train()

@@ -27,6 +27,24 @@ SCHEDULERS = (
     "polynomial",
     "inverse_sqrt",
 )
+METHODS = ("sft", "dpo")
+#: The DPO losses TRL's DPOTrainer offers (one pair-wise loss a run).
+DPO_LOSSES = (
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+    "aot_unpaired",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+    "sigmoid_norm",
+)
 OPTIMIZERS = ("adamw_8bit", "adamw_torch", "adamw_torch_fused", "paged_adamw_8bit", "sgd", "adafactor")
 
 
@@ -135,6 +153,12 @@ class TrainConfig:
     """Also send metrics to these trackers (TRL's report_to: tensorboard, wandb, trackio, ...)."""
     timeout: float | None = None
     """Seconds the training process may run before it is stopped and the run recorded failed."""
+    method: str = "sft"
+    """sft: imitate a dataset's rows; dpo: prefer chosen over rejected on a --kind preference version."""
+    beta: float = 0.1
+    """DPO's beta: how far the policy may move from the reference (the base without the adapter)."""
+    dpo_loss: str = "sigmoid"
+    """DPO loss as TRL's DPOTrainer names it (sigmoid, ipo, hinge, ...)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Further SFTConfig / TrainingArguments keys passed through as is (recorded too)."""
 
@@ -207,7 +231,18 @@ class TrainConfig:
             )
         if self.timeout is not None and not self.timeout > 0:
             raise bad(f"timeout must be positive seconds, got {self.timeout}")
+        self._validate_method()
         return self
+
+    def _validate_method(self) -> None:
+        if self.method not in METHODS:
+            raise TrainConfigError(f"unknown method {self.method!r}", f"use one of {', '.join(METHODS)}")
+        if self.dpo_loss not in DPO_LOSSES:
+            raise TrainConfigError(
+                f"unknown DPO loss {self.dpo_loss!r}", f"use one of {', '.join(DPO_LOSSES)}"
+            )
+        if not self.beta > 0:
+            raise TrainConfigError(f"--beta must be positive, got {self.beta}")
 
     def resolve(self, env: Environment) -> Resolved:
         """Decide the machine-dependent options for ``env``; raise for combinations it cannot run."""

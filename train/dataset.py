@@ -121,6 +121,23 @@ def scan_split(paths: list[Path]) -> SplitScan:
     )
 
 
+def scan_preference_split(paths: list[Path]) -> SplitScan:
+    """The facts the pre-flight checks need, for pairs: a pair's length is its prompt plus its longer
+    answer, and every pair trains from its first answer token."""
+    table = read_table(paths, columns=["prompt_input_ids", "chosen_input_ids", "rejected_input_ids"])
+    prompts, chosen, rejected = (table.column(c).to_pylist() for c in table.column_names)
+    lengths = [len(p) + max(len(c), len(r)) for p, c, r in zip(prompts, chosen, rejected, strict=True)]
+    ids = [i for rows in (prompts, chosen, rejected) for row in rows for i in row]
+    return SplitScan(
+        rows=table.num_rows,
+        lengths=lengths,
+        first_trained=[len(p) for p in prompts],
+        max_token_id=max(ids, default=-1),
+        min_token_id=min(ids, default=0),
+        trained_tokens=sum(len(c) + len(r) for c, r in zip(chosen, rejected, strict=True)),
+    )
+
+
 def load_split(paths: list[Path], cache_dir: Path, keep_rows: list[int] | None = None) -> Any:
     """A `datasets.Dataset` over ``paths`` backed by a memory-mapped Arrow file in ``cache_dir``.
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tracebank.train.config import TrainConfig
-from tracebank.train.dataset import DatasetVersion, SplitScan, scan_split
+from tracebank.train.dataset import DatasetVersion, SplitScan, scan_preference_split, scan_split
 from tracebank.train.errors import TrainError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -137,8 +137,16 @@ def plan(config: TrainConfig, version: DatasetVersion, facts: ModelFacts) -> Pla
     """Run every data-versus-model check; return the lengths the child trains with."""
     if facts.matrix_modules is not None:
         check_targets(config.target_modules, facts.matrix_modules, str(facts.path))
+    preference = version.record.kind == "preference"
+    if preference != (config.method == "dpo"):
+        raise TrainError(
+            f"dataset {version.label} is a {version.record.kind} version; --method {config.method} "
+            f"trains on {'preference' if config.method == 'dpo' else 'sft'} versions",
+            "pass --method dpo for preference pairs (transform --kind preference), else --method sft",
+        )
     files = version.split_files()
-    scans: dict[str, SplitScan] = {split: scan_split(paths) for split, paths in files.items()}
+    scan = scan_preference_split if preference else scan_split
+    scans: dict[str, SplitScan] = {split: scan(paths) for split, paths in files.items()}
     max_token_id = max(s.max_token_id for s in scans.values())
     min_token_id = min(s.min_token_id for s in scans.values())
     dataset_max = max((max(s.lengths) for s in scans.values() if s.lengths), default=0)

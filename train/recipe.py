@@ -48,7 +48,7 @@ def detect_environment(want_unsloth: bool) -> tuple[Environment, str | None]:
     return env, note
 
 
-def _metric_callback(emit: Emit) -> Any:
+def metric_callback(emit: Emit) -> Any:
     from transformers import TrainerCallback
 
     class MetricsToRecord(TrainerCallback):
@@ -88,6 +88,7 @@ def _metric_callback(emit: Emit) -> Any:
                         "tokens": self.tokens,
                         "time": elapsed,
                         "token_accuracy": logs.get("mean_token_accuracy"),
+                        **dpo_metrics(logs, ""),
                     }
                 )
             if "eval_loss" in logs:
@@ -101,10 +102,25 @@ def _metric_callback(emit: Emit) -> Any:
                         "tokens": self.tokens,
                         "time": elapsed,
                         "token_accuracy": logs.get("eval_mean_token_accuracy"),
+                        **dpo_metrics(logs, "eval_"),
                     }
                 )
 
     return MetricsToRecord()
+
+
+#: TRL's DPO log keys -> the Metric fields that record them.
+DPO_LOGS = {
+    "rewards/chosen": "rewards_chosen",
+    "rewards/rejected": "rewards_rejected",
+    "rewards/margins": "rewards_margin",
+    "rewards/accuracies": "rewards_accuracy",
+}
+
+
+def dpo_metrics(logs: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The DPO metrics in a TRL log (with ``prefix``: ``eval_`` for evaluations); empty for SFT."""
+    return {field: logs[prefix + key] for key, field in DPO_LOGS.items() if prefix + key in logs}
 
 
 def fused_loss_available(device: str) -> bool:
@@ -149,6 +165,49 @@ def _trainer_class(fused: bool) -> Any:
     return PlainLossSFTTrainer
 
 
+def training_arguments(
+    config: TrainConfig, resolved: Resolved, spec: dict[str, Any], strategy: str
+) -> dict[str, Any]:
+    """The TrainingArguments both methods share (SFTConfig and DPOConfig add their own)."""
+    scratch = Path(spec["scratch_dir"])
+    return dict(
+        output_dir=str(scratch / "checkpoints"),
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler,
+        warmup_steps=config.warmup_steps,
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps or -1,
+        seed=config.seed,
+        data_seed=config.seed,
+        optim=resolved.optim,
+        bf16=resolved.bf16,
+        fp16=False,
+        gradient_checkpointing=resolved.gradient_checkpointing,
+        logging_strategy="steps",
+        logging_steps=config.logging_steps,
+        # run_metrics is written by tracebank's own callback whatever else reports.
+        report_to=list(config.report_to) or "none",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        eval_strategy=strategy,
+        eval_steps=config.eval_steps if strategy == "steps" else None,
+        save_strategy=strategy,
+        save_steps=config.eval_steps if strategy == "steps" and config.eval_steps else 500,
+        load_best_model_at_end=strategy != "no",
+        metric_for_best_model="eval_loss" if strategy != "no" else None,
+        greater_is_better=False if strategy != "no" else None,
+        save_total_limit=2 if strategy != "no" else None,
+        save_only_model=True,
+        dataloader_pin_memory=resolved.device == "cuda",
+        **config.extra,
+    )
+
+
 class SFTRecipe:
     """Supervised fine-tuning of a LoRA adapter on one dataset version's pre-tokenized rows."""
 
@@ -162,7 +221,8 @@ class SFTRecipe:
         self.backend: Any = None
         self.stats: dict[str, Any] = {}
 
-    def setup(self) -> None:
+    def load_model(self) -> Any:
+        """The base model with its LoRA adapter attached, on this machine's backend (both methods)."""
         config, spec = self.config, self.spec
         env, note = detect_environment(want_unsloth=config.backend in ("auto", "unsloth"))
         resolved = self.resolved = config.resolve(env)
@@ -211,7 +271,12 @@ class SFTRecipe:
                 "note": note,
             }
         )
+        return model
 
+    def setup(self) -> None:
+        model = self.load_model()
+        config, spec, resolved = self.config, self.spec, self.resolved
+        assert resolved is not None
         scratch = Path(spec["scratch_dir"])
         splits, keep = spec["splits"], spec.get("keep_rows", {})
         train = load_split([Path(p) for p in splits["train"]], scratch / "hf-cache", keep.get("train"))
@@ -231,48 +296,15 @@ class SFTRecipe:
         if spec.get("logging_dir"):  # transformers' TensorBoard callback reads its folder from here
             os.environ.setdefault("TENSORBOARD_LOGGING_DIR", spec["logging_dir"])
         args = SFTConfig(
-            output_dir=str(scratch / "checkpoints"),
-            per_device_train_batch_size=config.batch_size,
-            per_device_eval_batch_size=config.batch_size,
-            gradient_accumulation_steps=config.grad_accum,
-            learning_rate=config.learning_rate,
-            lr_scheduler_type=config.lr_scheduler,
-            warmup_steps=config.warmup_steps,
-            weight_decay=config.weight_decay,
-            max_grad_norm=config.max_grad_norm,
-            num_train_epochs=config.epochs,
-            max_steps=config.max_steps or -1,
-            seed=config.seed,
-            data_seed=config.seed,
-            optim=resolved.optim,
-            bf16=resolved.bf16,
-            fp16=False,
-            gradient_checkpointing=resolved.gradient_checkpointing,
-            logging_strategy="steps",
-            logging_steps=config.logging_steps,
-            # run_metrics is written by tracebank's own callback whatever else reports.
-            report_to=list(config.report_to) or "none",
-            disable_tqdm=True,
+            **training_arguments(config, resolved, spec, strategy),
             # TRL's default is 1,024 tokens; the dataset's own longest row (or --max-length) instead.
             max_length=spec["max_length"],
             packing=False,
             # Rows are already token ids with their loss mask; TRL must neither re-tokenize nor
             # rebuild labels, and the collator needs attention_mask, so no column is dropped.
             dataset_kwargs={"skip_prepare_dataset": True},
-            remove_unused_columns=False,
-            eval_strategy=strategy,
-            eval_steps=config.eval_steps if strategy == "steps" else None,
-            save_strategy=strategy,
-            save_steps=config.eval_steps if strategy == "steps" and config.eval_steps else 500,
-            load_best_model_at_end=strategy != "no",
-            metric_for_best_model="eval_loss" if strategy != "no" else None,
-            greater_is_better=False if strategy != "no" else None,
-            save_total_limit=2 if strategy != "no" else None,
-            save_only_model=True,
-            dataloader_pin_memory=resolved.device == "cuda",
-            **config.extra,
         )
-        callbacks = [_metric_callback(self.emit)]
+        callbacks = [metric_callback(self.emit)]
         if config.early_stopping_patience and strategy != "no":
             callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
         # Unsloth brings its own fused cross-entropy in the model's forward; TRL's Triton head is
