@@ -8,6 +8,8 @@ from pathlib import Path
 from tracebank.view.errors import ViewUsageError
 
 EXPORT_FORMATS = ("openai", "trl-messages", "trl-prompt-completion", "hf")
+#: The formats of a --kind preference version (chosen and rejected answers to one prompt).
+PREFERENCE_FORMATS = ("trl-preference", "openai-preference")
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,8 @@ class ExportConfig:
     """A ``.jsonl`` file (openai, trl-*) or a folder (hf)."""
 
     format: str = "openai"
-    """openai | trl-messages | trl-prompt-completion | hf."""
+    """openai | trl-messages | trl-prompt-completion | hf; for preference versions trl-preference |
+    openai-preference."""
 
     tokenizer: str | None = None
     """Tokenizer folder with the model's chat template, for the round-trip check."""
@@ -97,10 +100,9 @@ class ExportConfig:
     """Replace an output file or folder that an earlier export wrote (never anything else)."""
 
     def validate(self) -> ExportConfig:
-        if self.format not in EXPORT_FORMATS:
-            raise ViewUsageError(
-                f"unknown export format {self.format!r}", f"use one of {', '.join(EXPORT_FORMATS)}"
-            )
+        if self.format not in EXPORT_FORMATS + PREFERENCE_FORMATS:
+            known = ", ".join(EXPORT_FORMATS + PREFERENCE_FORMATS)
+            raise ViewUsageError(f"unknown export format {self.format!r}", f"use one of {known}")
         if self.split not in (None, "train", "validation"):
             raise ViewUsageError(f"unknown split {self.split!r}", "use train or validation")
         return self

@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-from tracebank.view.config import ExportConfig
+from tracebank.view.config import EXPORT_FORMATS, PREFERENCE_FORMATS, ExportConfig
 from tracebank.view.conversation import (
     BATCH_ROWS,
     DatasetRow,
@@ -36,7 +36,8 @@ from tracebank.view.conversation import (
     served_models,
     version_rows,
 )
-from tracebank.view.errors import ViewError
+from tracebank.view.errors import ViewError, ViewUsageError
+from tracebank.view.preference_export import iter_pairs, write_pairs
 from tracebank.view.roundtrip import RoundTrip, check_row
 from tracebank.view.tables import READ
 from tracebank.view.tokenizer import load_tokenizer, local_model_dir
@@ -65,7 +66,9 @@ class ExportResult:
         ]
         if self.skipped:
             lines.append(f"skipped {self.skipped:,} rows whose call has no recorded messages")
-        if self.round_trip is None:
+        if self.format in PREFERENCE_FORMATS:
+            pass  # pairs are written from their recorded messages; there is no row to round-trip
+        elif self.round_trip is None:
             lines.append("round trip not checked (pass --tokenizer with the model's chat template)")
         else:
             lines.append(self.round_trip.summary(str(self.tokenizer)))
@@ -252,12 +255,35 @@ def output_guard(wh: Warehouse, config: ExportConfig) -> OutputGuard:
     )
 
 
+def _export_pairs(
+    guard: OutputGuard, config: ExportConfig, version: VersionRows, wh: Warehouse
+) -> ExportResult:
+    trajectory = version.manifest["params"]["preference"]["unit"] == "trajectory"
+    con = connect(wh, only=set(READ) | {"preference_rows"})
+    try:
+        with guard.writing() as tmp:
+            written, skipped = write_pairs(
+                tmp, config.format, iter_pairs(con, version.name, version.version, trajectory)
+            )
+    finally:
+        con.close()
+    return ExportResult(version.name, version.version, config.format, guard.path, written, skipped, None)
+
+
 def export(wh: Warehouse, config: ExportConfig) -> ExportResult:
     """Write ``config.dataset`` in ``config.format``, streaming its rows; see the module docstring."""
     config.validate()
     guard = output_guard(wh, config)
     guard.check()  # before any work: a refused path costs nothing
     version = version_rows(wh, config.dataset, config.split)
+    kind = (version.manifest.get("params") or {}).get("kind", "sft")
+    if (config.format in PREFERENCE_FORMATS) != (kind == "preference"):
+        fits = ", ".join(PREFERENCE_FORMATS if kind == "preference" else EXPORT_FORMATS)
+        raise ViewUsageError(
+            f"{version.ref} is a {kind} version; --format {config.format} does not fit it", f"use {fits}"
+        )
+    if kind == "preference":
+        return _export_pairs(guard, config, version, wh)
     con = connect(wh, only=set(READ))
     try:
         tok_dir = config.tokenizer or local_model_dir(served_models(con, version))

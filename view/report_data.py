@@ -12,6 +12,7 @@ import duckdb
 from tracebank.view.config import ReportConfig
 from tracebank.view.conversation import DatasetRow, iter_rows, version_rows
 from tracebank.view.errors import NothingToShowError
+from tracebank.view.preference_view import is_preference, preference_section
 from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.contract import IGNORE_INDEX, RAW_LLM_SPAN
@@ -130,7 +131,8 @@ def _dataset_section(
 ) -> dict[str, Any]:
     name, version = manifest["name"], int(manifest["version"])
     rows = version_rows(wh, f"{name}@v{version}")
-    kept, sample = _sample(iter_rows(con, rows), n_conv)
+    preference = is_preference(rows)
+    kept, sample = ([], []) if preference else _sample(iter_rows(con, rows), n_conv)
     sources = [s.get("collection_id") for s in manifest.get("sources", [])]
     source_rewards = _rows(
         con,
@@ -150,7 +152,8 @@ def _dataset_section(
         "cut": min(kept) if kept else None,
         "drops": drop_reasons(manifest),
         "conversations": [_conversation(r, tokenizer) for r in sample],
-    }
+        "kind": "sft",
+    } | (preference_section(con, rows, n_conv) if preference else {})
 
 
 def _collections(con: duckdb.DuckDBPyConnection, wanted: set[str] | None) -> list[dict[str, Any]]:
@@ -203,7 +206,8 @@ def _runs(con: duckdb.DuckDBPyConnection, wanted: set[str] | None) -> list[dict[
     )
     metrics = _rows(
         con,
-        "SELECT run_id, split, list(step ORDER BY step) AS step, list(loss ORDER BY step) AS loss "
+        "SELECT run_id, split, list(step ORDER BY step) AS step, list(loss ORDER BY step) AS loss, "
+        "list(rewards_margin ORDER BY step) AS margin, list(rewards_accuracy ORDER BY step) AS accuracy "
         "FROM run_metrics WHERE loss IS NOT NULL GROUP BY run_id, split ORDER BY run_id, split",
     )
     out = []
@@ -213,7 +217,13 @@ def _runs(con: duckdb.DuckDBPyConnection, wanted: set[str] | None) -> list[dict[
         r["anchor"] = f"run-{r['run_id']}"
         r["dataset_anchor"] = "ds-" + str(r["dataset"]).replace("@", "-") if r.get("dataset") else None
         r["curves"] = [
-            {"split": m["split"], "step": m["step"], "loss": m["loss"]}
+            {
+                "split": m["split"],
+                "step": m["step"],
+                "loss": m["loss"],
+                # DPO runs: the reward margin and accuracy of each log (null for SFT)
+                **({"margin": m["margin"], "accuracy": m["accuracy"]} if any(m["margin"]) else {}),
+            }
             for m in metrics
             if m["run_id"] == r["run_id"]
         ]

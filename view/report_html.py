@@ -12,6 +12,8 @@ import json
 from importlib.resources import files
 from typing import Any
 
+from tracebank.view.preference_view import pairs_html
+
 
 def _asset(name: str) -> str:
     return files("tracebank.view").joinpath("assets", name).read_text(encoding="utf-8")
@@ -62,7 +64,11 @@ def _datasets_html(datasets: list[dict[str, Any]]) -> str:
             f'<p class="meta">{d["rows"]:,} rows · hash <code>{_e((d["content_hash"] or "")[:12])}</code> · '
             f"created {_e(d['created_at'])} · from collections {sources or 'none'} · "
             f"options <code>{_e(json.dumps(d['params'], sort_keys=True))}</code></p>"
-            f'<div class="chart" id="chart-cut-{i}"></div>'
+            + (
+                f'<div class="chart" id="chart-margin-{i}"></div>'
+                if d.get("kind") == "preference"
+                else f'<div class="chart" id="chart-cut-{i}"></div>'
+            )
         )
     return "".join(parts)
 
@@ -151,6 +157,7 @@ def script_json(data: Any) -> str:
 def page(data: dict[str, Any], plotly_js: str) -> str:
     """The whole report page."""
     conversations, shown = _conversations_html(data["datasets"])
+    pairs = "".join(pairs_html(d) for d in data["datasets"] if d.get("kind") == "preference")
     payload = script_json(data)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>tracebank report</title>
@@ -159,7 +166,7 @@ def page(data: dict[str, Any], plotly_js: str) -> str:
 <h1>tracebank report</h1>
 <p class="meta">warehouse {_e(data["warehouse"])} · tokenizer {_e(data["tokenizer"] or "none")}</p>
 <h2 id="runs">Runs</h2>{_runs_html(data["runs"])}
-<div class="chart" id="chart-loss"></div>
+<div class="chart" id="chart-loss"></div><div class="chart" id="chart-dpo"></div>
 <h2 id="datasets">Dataset versions</h2>{_datasets_html(data["datasets"])}
 <div class="chart" id="chart-drops"></div>
 <h2 id="collections">Collections</h2>
@@ -170,6 +177,10 @@ def page(data: dict[str, Any], plotly_js: str) -> str:
 <p class="meta">The best and worst rows of each version by reward;
 assistant turns the version does not train are faded.</p>
 {conversations}
+<h2 id="pairs">Preference pairs</h2>
+<p class="meta">The pairs of largest reward margin of each preference version:
+chosen left, rejected right.</p>
+{pairs or "<p>No preference versions.</p>"}
 <script type="application/json" id="report-data">{payload}</script>
 <script>{_asset("report.js")}</script>
 </body></html>

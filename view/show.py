@@ -6,6 +6,7 @@ import duckdb
 from tracebank.view.config import ShowConfig
 from tracebank.view.conversation import iter_rows, load_conversation, ranked_rollouts, version_rows
 from tracebank.view.errors import NothingToShowError
+from tracebank.view.preference_view import is_preference, pair_at, pair_text
 from tracebank.view.tables import READ
 from tracebank.view.text import conversation_text, dataset_row_text
 from tracebank.view.tokenizer import load_tokenizer
@@ -39,6 +40,8 @@ def _show(wh: Warehouse, config: ShowConfig) -> str:
 def _show_row(wh: Warehouse, con: duckdb.DuckDBPyConnection, config: ShowConfig) -> str:
     assert config.dataset is not None
     rows = version_rows(wh, config.dataset)
+    if is_preference(rows):
+        return pair_text(rows, config.row, pair_at(con, rows, config.row), config.max_chars)
     row = next((r for r in iter_rows(con, rows) if r.index == config.row), None)
     if row is None:
         n = int(rows.manifest.get("rows") or 0)

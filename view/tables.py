@@ -8,5 +8,14 @@ never the bronze spans.
 from __future__ import annotations
 
 READ = frozenset(
-    {"rollouts", "attempts", "rewards", "rollout_rewards", "llm_calls", "messages", "dataset_rows"}
+    {
+        "rollouts",
+        "attempts",
+        "rewards",
+        "rollout_rewards",
+        "llm_calls",
+        "messages",
+        "dataset_rows",
+        "preference_rows",
+    }
 )

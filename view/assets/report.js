@@ -19,6 +19,11 @@ plot('chart-tokens', D.collections.length ? [
   {type: 'bar', name: 'response', x: D.collections.map(c => c.collection_id), y: D.collections.map(c => c.response_len.reduce((a, b) => a + b, 0))}] : [],
   'Tokens per collection (usable calls)', {barmode: 'stack'});
 D.datasets.forEach((d, i) => {
+  if (d.kind === 'preference') {
+    plot('chart-margin-' + i, d.margins.length ? [{type: 'histogram', name: 'pairs', x: d.margins}] : [],
+         d.ref + ': reward margin (chosen - rejected) of each pair', {xaxis: {title: {text: 'margin'}}, yaxis: {title: {text: 'pairs'}}});
+    return;
+  }
   const traces = [
     {type: 'histogram', name: 'rollouts in its collections', x: d.source_rollout_rewards, opacity: 0.5},
     {type: 'histogram', name: 'rows kept (train)', x: d.row_rewards, opacity: 0.7}];
@@ -31,4 +36,14 @@ plot('chart-drops', dropNames.map(k => ({type: 'bar', name: k, x: D.datasets.map
 plot('chart-loss', D.runs.flatMap(r => r.curves.map(c => ({type: 'scatter', mode: 'lines+markers',
      name: r.run_id + ' ' + c.split, x: c.step, y: c.loss, line: {dash: c.split === 'train' ? 'solid' : 'dot'}}))),
      'Loss per step (train solid, eval dotted), all runs overlaid', {xaxis: {title: {text: 'step'}}, yaxis: {title: {text: 'loss'}}});
+const dpoCurves = D.runs.flatMap(r => r.curves.filter(c => c.margin).map(c => ({r: r, c: c})));
+if (dpoCurves.length) {
+  plot('chart-dpo', dpoCurves.flatMap(({r, c}) => [
+    {type: 'scatter', mode: 'lines+markers', name: r.run_id + ' ' + c.split + ' margin', x: c.step, y: c.margin},
+    {type: 'scatter', mode: 'lines+markers', name: r.run_id + ' ' + c.split + ' accuracy', x: c.step, y: c.accuracy, yaxis: 'y2', line: {dash: 'dot'}}]),
+    'DPO: reward margin (chosen - rejected) and accuracy per step', {xaxis: {title: {text: 'step'}}, yaxis2: {overlaying: 'y', side: 'right', range: [0, 1]}});
+} else {
+  const el = document.getElementById('chart-dpo');
+  if (el) el.remove();
+}
 document.body.dataset.rendered = 'yes';
