@@ -20,10 +20,10 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
-from tracebank.transform import inputs as sft_inputs
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import EmptyDatasetError
-from tracebank.transform.inputs import Chosen, require_silver
+from tracebank.transform.inputs import CALL_COLUMNS as SFT_CALL_COLUMNS
+from tracebank.transform.inputs import REWARD_COLUMNS, TOKEN_COLUMNS, Chosen, require_silver
 from tracebank.transform.preference import select_pairs
 from tracebank.transform.rewards import apply_layer
 from tracebank.transform.select import rollout_scores
@@ -36,7 +36,7 @@ from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import Storage, files_of, read_table
 
 #: The silver columns a pair needs: the SFT path's (triplets' ordering and filtering), the task, the tokens.
-CALL_COLUMNS = [*sft_inputs.CALL_COLUMNS, "data_id", *sft_inputs.TOKEN_COLUMNS]
+CALL_COLUMNS = [*SFT_CALL_COLUMNS, "data_id", *TOKEN_COLUMNS]
 
 #: The table a preference version's files hold (a view of its own; ``dataset_rows`` is SFT's).
 TABLE = "preference_rows"
@@ -59,7 +59,7 @@ def load_calls(wh: Warehouse, chosen: Chosen) -> tuple[pl.DataFrame, pl.DataFram
     for order, (cid, manifest) in enumerate(chosen):
         require_silver(storage, cid)
         calls.append(_with_order(storage.silver_table(cid, "llm_calls", CALL_COLUMNS), order))
-        rewards.append(_with_order(storage.silver_table(cid, "rewards", sft_inputs.REWARD_COLUMNS), order))
+        rewards.append(_with_order(storage.silver_table(cid, "rewards", REWARD_COLUMNS), order))
         folder = wh.collection_dir(cid)
         attempts.append(_frame(read_table(files_of(folder, manifest, "attempts"))))
         inputs.append(

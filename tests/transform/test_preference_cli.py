@@ -37,3 +37,6 @@ def test_preference_flags_reach_the_manifest_and_bad_ones_are_one_line(wh, tmp_p
     assert (
         bad.exit_code != 0 and "no reward layer named 'nope'" in bad.stderr and "Traceback" not in bad.output
     )
+    bad = run(wh, "transform", "--dataset", "p", "--kind", "preference", "--engine", "ray")
+    assert bad.exit_code == 2
+    assert bad.output == "Error: --engine ray does not build --kind preference (use --engine local)\n"
