@@ -157,10 +157,9 @@ def plan_of(table: pa.Table) -> pl.DataFrame:
 
 
 def _margins(table: pa.Table) -> dict[str, Any]:
-    margins = pl.Series(table.column("chosen_reward").to_pylist()) - pl.Series(
-        table.column("rejected_reward").to_pylist()
-    )
-    return {"min": margins.min(), "mean": round(float(margins.mean() or 0.0), 6), "max": margins.max()}
+    chosen, rejected = (table.column(c).to_pylist() for c in ("chosen_reward", "rejected_reward"))
+    margins = [c - r for c, r in zip(chosen, rejected, strict=True)]
+    return {"min": min(margins), "mean": round(sum(margins) / len(margins), 6), "max": max(margins)}
 
 
 def build_preference(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> TransformResult:
