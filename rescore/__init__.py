@@ -5,8 +5,13 @@ rollout (a :class:`ScoredRollout`) and commits ``rewards/NAME/vN``; ``transform 
 selects with it.
 """
 
-from tracebank.rescore.config import RescoreConfig
-from tracebank.rescore.entry import RescoreResult, rescore
-from tracebank.rescore.record import ScoredRollout
+from tracebank.lazy import lazy_exports
 
-__all__ = ["RescoreConfig", "RescoreResult", "ScoredRollout", "rescore"]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "tracebank.rescore.config": ("RescoreConfig",),
+        "tracebank.rescore.entry": ("RescoreResult", "rescore"),
+        "tracebank.rescore.record": ("ScoredRollout",),
+    },
+)

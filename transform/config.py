@@ -7,7 +7,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from tracebank.transform.errors import TransformUsageError
-from tracebank.transform.preference import PreferenceRules
 from tracebank.warehouse.layout import validate_name
 
 SELECT_BY = ("triplet", "rollout")
@@ -16,6 +15,39 @@ RULES = ("recipe", "agl1")
 ENGINES = ("local", "ray")
 LEVELS = ("trajectory", "transition")
 KINDS = ("sft", "preference")
+PAIRINGS = ("best-worst", "all")
+UNITS = ("call", "trajectory")
+
+
+@dataclass(frozen=True)
+class PreferenceRules:
+    """How a --kind preference version pairs rollouts (recorded in its manifest)."""
+
+    min_margin: float | None = None
+    """Keep a pair only when chosen's reward exceeds rejected's by at least this (default: any strict gap)."""
+
+    pairs_per_task: int | None = None
+    """Keep the K pairs of each task with the largest reward gaps (default: all)."""
+
+    pairing: str = "best-worst"
+    """best-worst: best with worst, second best with second worst, ... (disjoint); all: every two rollouts."""
+
+    unit: str = "call"
+    """call: single responses to an identical prompt; trajectory: whole trajectories from an identical first
+    prompt, later turns merged as with --merge trajectory (tokens between turns masked)."""
+
+    def problems(self) -> list[str]:
+        """What is wrong with these rules (empty when nothing is)."""
+        out = []
+        if self.min_margin is not None and not (math.isfinite(self.min_margin) and self.min_margin >= 0):
+            out.append(f"--min-margin must be a finite number >= 0, got {self.min_margin}")
+        if self.pairs_per_task is not None and self.pairs_per_task < 1:
+            out.append(f"--pairs-per-task must be at least 1, got {self.pairs_per_task}")
+        if self.pairing not in PAIRINGS:
+            out.append(f"--pairing must be one of {', '.join(PAIRINGS)}")
+        if self.unit not in UNITS:
+            out.append(f"--unit must be one of {', '.join(UNITS)}")
+        return out
 
 
 Level = Literal["transition", "trajectory"]

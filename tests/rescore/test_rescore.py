@@ -6,7 +6,7 @@ import pytest
 from tracebank.rescore import RescoreConfig, rescore
 from tracebank.rescore.errors import RescoreUsageError
 from tracebank.transform import TransformConfig, transform
-from tracebank.transform.preference import PreferenceRules
+from tracebank.transform.config import PreferenceRules
 from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.preference import commit_03, oracle_candidates, plan

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from tracebank.transform import TransformConfig, transform
+from tracebank.transform.config import PreferenceRules
 from tracebank.transform.errors import EmptyDatasetError, TransformUsageError
-from tracebank.transform.preference import PreferenceRules
 from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.preference import commit_03, commit_agl1, oracle_candidates, plan

@@ -6,7 +6,8 @@ import random
 
 import polars as pl
 import pytest
-from tracebank.transform.preference import PreferenceRules, select_pairs
+from tracebank.transform.config import PreferenceRules
+from tracebank.transform.preference import select_pairs
 
 from tests.transform.preference_oracle import oracle_pairs
 

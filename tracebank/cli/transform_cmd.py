@@ -15,12 +15,14 @@ from tracebank.transform.config import (
     KINDS,
     LEVELS,
     MERGE,
+    PAIRINGS,
     RULES,
     SELECT_BY,
+    UNITS,
     Agl1Limits,
+    PreferenceRules,
     TransformConfig,
 )
-from tracebank.transform.preference import PAIRINGS, UNITS, PreferenceRules
 
 AGL1_OPTIONS = (
     "level",
