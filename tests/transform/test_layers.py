@@ -20,11 +20,22 @@ def imported_modules(source: str) -> set[str]:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
+        elif _lazy_exports(node):  # the package's lazily loaded exports (tracebank.lazy) are imports
+            names = [k.value for k in node.args[1].keys if isinstance(k, ast.Constant)]  # type: ignore[attr-defined]
         else:
             continue
         found |= {n.removeprefix(PACKAGE + ".") for n in names if n.startswith(PACKAGE + ".")}
         found |= {"__init__" for n in names if n == PACKAGE}
     return found
+
+
+def _lazy_exports(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "lazy_exports"
+        and len(node.args) == 2
+        and isinstance(node.args[1], ast.Dict)
+    )
 
 
 def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
