@@ -17,7 +17,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "tracebank.train.inspection": ("inspect_dataset",),
         "tracebank.train.record": ("RunRecord",),
-        "tracebank.train.runner": ("train",),
+        "tracebank.train.runner": (
+            "resume",
+            "train",
+        ),
         "tracebank.train.runs": (
             "run_details",
             "runs_table",

@@ -1,10 +1,11 @@
-"""The training child: ``python -m train.child SPEC_JSON EVENT_FD``.
+"""The training child: ``python -m train.child SPEC_JSON``.
 
 A separate process so the accelerator's memory is returned to the system when training
 ends (vLLM serves the next round from the same GPU), and so a crash, an out-of-memory
 kill or a timeout takes down only this process while the parent records the run as failed.
-It reports to the parent as JSON lines on the file descriptor EVENT_FD; its stdout and
-stderr go to the run's train.log.
+It reports to the parent as JSON lines into the FIFO the spec names (``events``); its stdout
+and stderr go to the run's train.log. Under torchrun every rank runs this module and only
+each node's local rank 0 reports (its node's parent reads the FIFO).
 """
 
 from __future__ import annotations
@@ -51,18 +52,26 @@ def end_with_parent(parent: int, poll_s: float = 1.0) -> threading.Thread:
     return thread
 
 
-def main(argv: list[str]) -> int:
-    spec_path, fd = argv[0], int(argv[1])
-    end_with_parent(os.getppid())
-    hide_vllm()
-    channel = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+def _channel(spec: dict[str, Any]) -> Any:
+    """The event writer of this process: local rank 0 writes into the FIFO, other ranks drop events."""
+    if int(os.environ.get("LOCAL_RANK", "0")) != 0:
+        return lambda event: None
+    channel = open(spec["events"], "w", buffering=1, encoding="utf-8")  # noqa: SIM115 (open until exit)
 
     def emit(event: dict[str, Any]) -> None:
         channel.write(json.dumps(event, default=str) + "\n")
         channel.flush()
 
+    return emit
+
+
+def main(argv: list[str]) -> int:
+    spec_path = argv[0]
+    end_with_parent(os.getppid())
+    hide_vllm()
     with open(spec_path, encoding="utf-8") as fh:
         spec = json.load(fh)
+    emit = _channel(spec)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     emit({"event": "started", "pid": os.getpid()})
@@ -79,6 +88,7 @@ def main(argv: list[str]) -> int:
         emit({"event": "done", "stats": stats, "saved": saved})
         return 0
     except TrainError as exc:
+        print(f"rank {os.environ.get('RANK', '0')}: {exc.one_line()}", file=sys.stderr)
         emit(
             {
                 "event": "error",

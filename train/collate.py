@@ -1,8 +1,15 @@
-"""Batching pre-tokenized rows: pad to the longest row of the batch, never re-tokenize.
+"""Batching pre-tokenized rows, never re-tokenizing: padded to the longest row, or packed.
 
 Rows arrive as the transform stage wrote them (prompt tokens labelled -100, response
 tokens labelled with themselves), so the labels are used exactly as stored: padding gets
 label -100 and attention 0, and nothing else about the loss mask is decided here.
+
+Packed (``--packing``), a batch is one sequence, the rows end to end with no padding and
+position ids restarting at 0 for each row. Without an attention mask, transformers reads row
+boundaries from the position ids and keeps rows apart (a block-diagonal causal mask on sdpa
+and eager, variable-length kernels on flash-attention), so each token sees exactly what it
+sees unpacked. A row's first label is set to -100: it would be the target of the previous
+row's last token, which unpacked has no next token.
 """
 
 from __future__ import annotations
@@ -43,4 +50,31 @@ class PadCollator:
             "input_ids": pad(ids, self.pad_id),
             "attention_mask": pad(masks, 0),
             "labels": pad(labels, IGNORE_INDEX),
+        }
+
+
+@dataclass
+class PackCollator:
+    """Concatenates a batch's rows into one padding-free sequence with per-row position ids."""
+
+    #: rows longer than this are cut, keeping the start (only when the run allows truncation)
+    max_length: int | None = None
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        cut = self.max_length
+        ids: list[int] = []
+        labels: list[int] = []
+        positions: list[int] = []
+        for row in rows:
+            row_ids = list(row["input_ids"])[:cut] if cut else list(row["input_ids"])
+            row_labels = list(row["labels"])[: len(row_ids)]
+            ids += row_ids
+            labels += [IGNORE_INDEX, *row_labels[1:]]
+            positions += range(len(row_ids))
+        return {
+            "input_ids": torch.tensor([ids], dtype=torch.long),
+            "position_ids": torch.tensor([positions], dtype=torch.long),
+            "labels": torch.tensor([labels], dtype=torch.long),
         }

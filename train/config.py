@@ -92,7 +92,7 @@ class TrainConfig:
     dataset: str
     """Dataset version to train on: ``NAME`` (latest version) or ``NAME@vN``."""
     base_model: str
-    """Local folder of the base model (weights, config and tokenizer)."""
+    """Local folder of the base model, or a hub id ORG/NAME[@REVISION] already in the Hugging Face cache."""
     output: str
     """Folder the trained model is written to; must not exist yet (or be empty) unless ``overwrite``."""
     backend: str = "auto"
@@ -159,6 +159,22 @@ class TrainConfig:
     """DPO's beta: how far the policy may move from the reference (the base without the adapter)."""
     dpo_loss: str = "sigmoid"
     """DPO loss as TRL's DPOTrainer names it (sigmoid, ipo, hinge, ...)."""
+    save_steps: int | None = None
+    """Write a resumable checkpoint (weights, optimizer, scheduler, RNG, data position) every N steps."""
+    save_total_limit: int = 2
+    """Resumable checkpoints kept in the run's scratch folder (older ones are removed)."""
+    packing: bool = False
+    """Pack rows padding-free into one sequence per batch, position ids restarting per row."""
+    attn_implementation: str | None = None
+    """Attention kernel: sdpa, eager, flash_attention_2, ... (default: what transformers picks)."""
+    nproc_per_node: int = 1
+    """Training processes on this machine (one per GPU): >1 runs data-parallel under torchrun."""
+    nnodes: int = 1
+    """Machines taking part in a data-parallel run (each runs the same command)."""
+    node_rank: int = 0
+    """This machine's rank among --nnodes (0 records the run and writes the model)."""
+    rdzv_endpoint: str | None = None
+    """HOST:PORT of the c10d rendezvous every node joins (needed with --nnodes > 1)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Further SFTConfig / TrainingArguments keys passed through as is (recorded too)."""
 
@@ -171,7 +187,7 @@ class TrainConfig:
         if not self.dataset:
             raise bad("no dataset given", "pass --dataset NAME[@vN]")
         if not self.base_model:
-            raise bad("no base model given", "pass --base-model PATH")
+            raise bad("no base model given", "pass --base-model PATH or ORG/NAME[@REVISION]")
         if not self.output:
             raise bad("no output folder given", "pass --output DIR")
         if self.backend not in BACKENDS:
@@ -231,7 +247,12 @@ class TrainConfig:
             )
         if self.timeout is not None and not self.timeout > 0:
             raise bad(f"timeout must be positive seconds, got {self.timeout}")
+        if self.save_steps is not None and self.save_steps < 1:
+            raise bad(f"save steps must be at least 1, got {self.save_steps}")
+        if self.save_total_limit < 1:
+            raise bad(f"save total limit must be at least 1, got {self.save_total_limit}")
         self._validate_method()
+        self._validate_distributed()
         return self
 
     def _validate_method(self) -> None:
@@ -244,11 +265,38 @@ class TrainConfig:
         if not self.beta > 0:
             raise TrainConfigError(f"--beta must be positive, got {self.beta}")
 
+    @property
+    def world_size(self) -> int:
+        """Training processes over all machines."""
+        return self.nproc_per_node * self.nnodes
+
+    def _validate_distributed(self) -> None:
+        if self.nproc_per_node < 1 or self.nnodes < 1:
+            raise TrainConfigError("--nproc-per-node and --nnodes must be at least 1")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise TrainConfigError(f"--node-rank must be in [0, {self.nnodes}), got {self.node_rank}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise TrainConfigError(
+                "--nnodes > 1 needs --rdzv-endpoint HOST:PORT", "the same address on every node"
+            )
+        if self.rdzv_endpoint and ":" not in self.rdzv_endpoint:
+            raise TrainConfigError(f"--rdzv-endpoint {self.rdzv_endpoint!r} is not HOST:PORT")
+        if self.nnodes > 1 and self.save_steps:
+            raise TrainConfigError(
+                "--save-steps (resume) is not supported for multi-node runs yet",
+                "leave --save-steps out, or train on one node",
+            )
+        if self.world_size > 1 and self.backend == "unsloth":
+            raise TrainConfigError(
+                "the unsloth backend trains on one GPU only",
+                "use --backend trl (or auto) with --nproc-per-node/--nnodes",
+            )
+
     def resolve(self, env: Environment) -> Resolved:
         """Decide the machine-dependent options for ``env``; raise for combinations it cannot run."""
         backend = self.backend
         if backend == "auto":
-            backend = "unsloth" if env.cuda and env.unsloth else "trl"
+            backend = "unsloth" if env.cuda and env.unsloth and self.world_size == 1 else "trl"
         if backend == "unsloth":
             if not env.cuda:
                 raise TrainConfigError(

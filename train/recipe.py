@@ -12,15 +12,16 @@ import gc
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from tracebank.train import preflight
-from tracebank.train.collate import PadCollator
+from tracebank.train import checkpoints, preflight
+from tracebank.train.collate import PackCollator, PadCollator
 from tracebank.train.config import Environment, Resolved, TrainConfig
 from tracebank.train.dataset import load_split
-from tracebank.train.errors import TrainError
+from tracebank.train.errors import TrainConfigError, TrainError
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -123,6 +124,39 @@ def dpo_metrics(logs: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {field: logs[prefix + key] for key, field in DPO_LOGS.items() if prefix + key in logs}
 
 
+def _checkpoint_callback(emit: Emit) -> Any:
+    from transformers import TrainerCallback
+
+    class MarkCheckpoints(TrainerCallback):
+        """Marks each finished checkpoint whole (resume trusts only those) and tells the parent."""
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            folder = Path(args.output_dir) / f"{checkpoints.PREFIX}{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                checkpoints.mark_complete(folder)
+                emit({"event": "checkpoint", "step": state.global_step})
+
+    return MarkCheckpoints()
+
+
+def _save_arguments(config: TrainConfig, strategy: str) -> dict[str, Any]:
+    """How the trainer saves: resumable checkpoints every --save-steps, else only what picking
+    the best evaluation needs (weights alone, at each evaluation)."""
+    if config.save_steps:
+        return {
+            "save_strategy": "steps",
+            "save_steps": config.save_steps,
+            "save_total_limit": config.save_total_limit,
+            "save_only_model": False,
+        }
+    return {
+        "save_strategy": strategy,
+        "save_steps": config.eval_steps if strategy == "steps" and config.eval_steps else 500,
+        "save_total_limit": 2 if strategy != "no" else None,
+        "save_only_model": True,
+    }
+
+
 def fused_loss_available(device: str) -> bool:
     """TRL 1.15 computes the SFT loss with Triton kernels; they exist only with Triton, on a GPU."""
     if device != "cuda":
@@ -141,6 +175,7 @@ def _trainer_class(fused: bool) -> Any:
     causal-LM cross-entropy (`transformers.Trainer.compute_loss`): the same mean over the
     tokens whose label is not -100, so the prompt never contributes.
     """
+    import torch
     from transformers import Trainer
     from trl import SFTTrainer
 
@@ -156,7 +191,12 @@ def _trainer_class(fused: bool) -> Any:
             num_items_in_batch: Any = None,
         ) -> Any:
             if model.training:
-                self._total_train_tokens += int(inputs["attention_mask"].sum().item())
+                ids, mask = inputs["input_ids"], inputs.get("attention_mask")
+                # A packed batch has no mask: every token is real. Summed over the data-parallel ranks.
+                local = (
+                    mask.sum() if mask is not None else torch.tensor(ids.numel(), device=ids.device)
+                ).reshape(1)
+                self._total_train_tokens += int(self.accelerator.gather(local).sum().item())
                 self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
             return Trainer.compute_loss(
                 self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
@@ -170,8 +210,9 @@ def training_arguments(
 ) -> dict[str, Any]:
     """The TrainingArguments both methods share (SFTConfig and DPOConfig add their own)."""
     scratch = Path(spec["scratch_dir"])
+    ranks = Ranks.from_env()
     return dict(
-        output_dir=str(scratch / "checkpoints"),
+        output_dir=str(checkpoints.checkpoints_dir(scratch)),
         per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum,
@@ -196,16 +237,46 @@ def training_arguments(
         remove_unused_columns=False,
         eval_strategy=strategy,
         eval_steps=config.eval_steps if strategy == "steps" else None,
-        save_strategy=strategy,
-        save_steps=config.eval_steps if strategy == "steps" and config.eval_steps else 500,
         load_best_model_at_end=strategy != "no",
         metric_for_best_model="eval_loss" if strategy != "no" else None,
         greater_is_better=False if strategy != "no" else None,
-        save_total_limit=2 if strategy != "no" else None,
-        save_only_model=True,
+        **_save_arguments(config, strategy),
         dataloader_pin_memory=resolved.device == "cuda",
+        # LoRA uses every adapter weight in each step; DDP need not search for unused ones.
+        ddp_find_unused_parameters=False if ranks.world_size > 1 else None,
+        # Without it accelerate does not see the CPU ranks as one gloo group and each trains alone.
+        use_cpu=resolved.device == "cpu" and ranks.world_size > 1,
         **config.extra,
     )
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in a data-parallel run (torchrun's variables; one process: 0 of 1)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @classmethod
+    def from_env(cls) -> Ranks:
+        env = os.environ
+        return cls(int(env.get("RANK", 0)), int(env.get("LOCAL_RANK", 0)), int(env.get("WORLD_SIZE", 1)))
+
+
+def check_same_dataset(args: Any, content_hash: str | None) -> None:
+    """Every rank must train on the same dataset version: compare content hashes before step 1."""
+    import torch.distributed as dist
+
+    _ = args.device  # starts the process group (gloo on CPU, nccl on CUDA) and picks this rank's device
+    hashes: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(hashes, content_hash)
+    odd = [rank for rank, h in enumerate(hashes) if h != hashes[0]]
+    if odd:
+        raise TrainError(
+            f"rank {odd[0]} holds dataset content hash {hashes[odd[0]]}, rank 0 holds {hashes[0]}",
+            "every node must read the same dataset version",
+        )
 
 
 class SFTRecipe:
@@ -220,12 +291,18 @@ class SFTRecipe:
         self.resolved: Resolved | None = None
         self.backend: Any = None
         self.stats: dict[str, Any] = {}
+        self.ranks = Ranks.from_env()
+        #: writes the model: local rank 0 of node 0 (under c10d that need not be global rank 0)
+        self.leader = self.ranks.local_rank == 0 and self.config.node_rank == 0
 
     def load_model(self) -> Any:
         """The base model with its LoRA adapter attached, on this machine's backend (both methods)."""
         config, spec = self.config, self.spec
-        env, note = detect_environment(want_unsloth=config.backend in ("auto", "unsloth"))
+        distributed = config.world_size > 1
+        env, note = detect_environment(want_unsloth=config.backend in ("auto", "unsloth") and not distributed)
         resolved = self.resolved = config.resolve(env)
+        if distributed and config.backend == "auto":
+            note = f"auto chose TRL+PEFT: Unsloth trains on one GPU, this run has {config.world_size} ranks"
         from tracebank.train.backends import get_backend
 
         self.backend = get_backend(resolved.backend)
@@ -279,15 +356,21 @@ class SFTRecipe:
         assert resolved is not None
         scratch = Path(spec["scratch_dir"])
         splits, keep = spec["splits"], spec.get("keep_rows", {})
-        train = load_split([Path(p) for p in splits["train"]], scratch / "hf-cache", keep.get("train"))
+        cache = scratch / "hf-cache" / f"rank-{self.ranks.local_rank}"  # ranks never share a file
+        train = load_split([Path(p) for p in splits["train"]], cache, keep.get("train"))
         has_eval = "validation" in splits and config.eval_strategy != "no"
         evaluation = (
-            load_split([Path(p) for p in splits["validation"]], scratch / "hf-cache", keep.get("validation"))
+            load_split([Path(p) for p in splits["validation"]], cache, keep.get("validation"))
             if has_eval
             else None
         )
-        collator = PadCollator(
-            pad_id=self.tokenizer.pad_token_id, max_length=spec["max_length"] if spec["truncate"] else None
+        cut = spec["max_length"] if spec["truncate"] else None
+        if config.packing:
+            prepare_packing(model)
+        collator: Any = (
+            PackCollator(max_length=cut)
+            if config.packing
+            else PadCollator(pad_id=self.tokenizer.pad_token_id, max_length=cut)
         )
         from transformers import EarlyStoppingCallback
         from trl import SFTConfig
@@ -304,7 +387,11 @@ class SFTRecipe:
             # rebuild labels, and the collator needs attention_mask, so no column is dropped.
             dataset_kwargs={"skip_prepare_dataset": True},
         )
+        if self.ranks.world_size > 1:
+            check_same_dataset(args, spec["content_hash"])
         callbacks = [metric_callback(self.emit)]
+        if config.save_steps:
+            callbacks.append(_checkpoint_callback(self.emit))
         if config.early_stopping_patience and strategy != "no":
             callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
         # Unsloth brings its own fused cross-entropy in the model's forward; TRL's Triton head is
@@ -322,7 +409,7 @@ class SFTRecipe:
 
     def train(self) -> dict[str, Any]:
         started = time.perf_counter()
-        output = self.trainer.train()
+        output = self.trainer.train(resume_from_checkpoint=self.spec.get("resume_from"))
         state = self.trainer.state
         runtime = float(output.metrics.get("train_runtime", time.perf_counter() - started))
         tokens = next((int(h["num_tokens"]) for h in reversed(state.log_history) if "num_tokens" in h), None)
@@ -343,6 +430,8 @@ class SFTRecipe:
 
     def save(self) -> dict[str, Any]:
         assert self.resolved is not None
+        if not self.leader:
+            return {"save": None, "rank": self.ranks.rank}
         out = self.spec["staging_dir"]
         info = self.backend.save(self.trainer.model, self.tokenizer, out, self.spec, self.resolved)
         self.emit({"event": "saved", **info})
@@ -359,6 +448,28 @@ class SFTRecipe:
                 torch.cuda.empty_cache()
         except ImportError:
             pass
+
+
+#: Attention implementations that keep packed rows apart given per-row position ids and no mask.
+PACKING_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+
+
+def prepare_packing(model: Any) -> None:
+    """Refuse --packing where rows would attend to each other (an older transformers, another kernel),
+    and turn the KV cache off: transformers reads row boundaries from position ids only without one."""
+    from transformers import masking_utils
+
+    implementation = getattr(model.config, "_attn_implementation", None)
+    if not hasattr(masking_utils, "find_packed_sequence_indices"):
+        raise TrainConfigError(
+            "--packing needs transformers >= 4.54 to keep packed rows apart", "drop --packing"
+        )
+    if implementation not in PACKING_ATTENTION:
+        raise TrainConfigError(
+            f"--packing is not exact with attention {implementation!r}: packed rows would see each other",
+            "drop --packing",
+        )
+    model.config.use_cache = False
 
 
 def is_loaded_in_4bit(model: Any) -> bool:

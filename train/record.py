@@ -44,12 +44,36 @@ def library_versions() -> dict[str, str]:
 
 
 class RunWriter:
-    """Owns one run's folder: the only writer of its run.json and metrics.jsonl."""
+    """Owns one run's folder: the only writer of its run.json and metrics.jsonl.
 
-    def __init__(self, wh: Warehouse, record: RunRecord) -> None:
+    Each start of the run (the first, and every ``--resume``) is one entry of
+    ``record.attempts``; :attr:`attempt` is the current one.
+    """
+
+    def __init__(self, wh: Warehouse, record: RunRecord, resumed_from_step: int | None = None) -> None:
         self.storage = Storage(wh)
         self.record = record
-        self.folder = self.storage.start_run(record)
+        record.attempts.append(
+            {
+                "attempt": len(record.attempts) + 1,
+                "status": "running",
+                "started_at": now(),
+                "finished_at": None,
+                "error": None,
+                "owner": record.owner,
+                "resumed_from_step": resumed_from_step,
+                "last_checkpoint": None,
+            }
+        )
+        if resumed_from_step is None:
+            self.folder = self.storage.start_run(record)
+        else:
+            self.folder = wh.run_dir(record.run_id)
+            self.write()
+
+    @property
+    def attempt(self) -> dict[str, Any]:
+        return self.record.attempts[-1]
 
     def write(self) -> None:
         self.storage.write_run(self.record)
@@ -61,6 +85,7 @@ class RunWriter:
         self.record.status = status
         self.record.error = error
         self.record.finished_at = now()
+        self.attempt.update(status=status, error=error, finished_at=self.record.finished_at)
         self.write()
 
 

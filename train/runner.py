@@ -9,42 +9,40 @@ Order of work, each step able to stop the run with one line:
 5. move the finished model from its staging folder into ``--output`` and mark the run succeeded.
 Any failure after step 2 marks the run failed with the reason; nothing half-written reaches
 ``--output`` (the model is written to a sibling staging folder and renamed at the end).
+
+With ``--save-steps`` the child writes resumable checkpoints into the run's scratch folder; a
+failed run keeps its whole ones, and `resume(wh, run_id)` continues from the newest as a new
+attempt of the same run (one record, one entry per attempt in ``attempts``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
-import signal
-import subprocess
-import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tracebank.train import preflight
+from tracebank.train.checkpoints import checkpoints_dir, complete_checkpoints, last_checkpoint, run_scratch
 from tracebank.train.config import TrainConfig
 from tracebank.train.dataset import DatasetVersion, open_version, verify
 from tracebank.train.errors import TrainConfigError, TrainError
+from tracebank.train.hub import resolve_base_model
 from tracebank.train.model_card import PROVENANCE_FILE, write_model_card, written_by_train
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
+from tracebank.train.supervisor import ChildRun, child_command
+from tracebank.warehouse import catalog
 from tracebank.warehouse.claims import Claim, Owner, output_claim, release, try_claim
 from tracebank.warehouse.errors import TracebankError
-from tracebank.warehouse.layout import scratch_key, staging_dir
+from tracebank.warehouse.layout import staging_dir
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage, settle_run
 
-from tracebank.events import (
-    Metric,
-    OnEvent,
-    RunChecked,
-    RunFinished,
-    RunStarted,
-    event_from_dict,
-)
-
-KILL_GRACE_S = 5.0
+from tracebank.events import OnEvent, RunChecked, RunFinished, RunStarted
 
 
 def _check_output(output: Path, overwrite: bool, wh: Warehouse) -> None:
@@ -95,136 +93,6 @@ def _publish(staging: Path, output: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-class _ChildRun:
-    """One training child: start it, pump its events, stop it on timeout."""
-
-    def __init__(self, writer: RunWriter, spec_path: Path, timeout: float | None, on_event: OnEvent) -> None:
-        self.writer = writer
-        self.spec_path = spec_path
-        self.timeout = timeout
-        self.on_event = on_event
-        self.metrics: list[dict[str, Any]] = []
-        self.result: dict[str, Any] | None = None
-        self.error: dict[str, Any] | None = None
-        self.timed_out = False
-        self.returncode: int | None = None
-
-    def run(self) -> None:
-        read_fd, write_fd = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        log_path = self.writer.folder / "train.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", "tracebank.train.child", str(self.spec_path), str(write_fd)],
-                pass_fds=(write_fd,),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        os.close(write_fd)
-        deadline = time.monotonic() + self.timeout if self.timeout else None
-        buffer = b""
-        try:
-            while True:
-                wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-                ready, _, _ = select.select([read_fd], [], [], wait)
-                if ready:
-                    chunk = os.read(read_fd, 1 << 16)
-                    if not chunk:
-                        break  # the child closed its end: it is exiting
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        self._handle(line)
-                if deadline is not None and time.monotonic() >= deadline:
-                    self.timed_out = True
-                    self._kill(proc)
-                    break
-            remaining = None if deadline is None else max(1.0, deadline - time.monotonic())
-            try:
-                self.returncode = proc.wait(timeout=remaining)
-            except subprocess.TimeoutExpired:
-                self.timed_out = True
-                self._kill(proc)
-                self.returncode = proc.wait()
-        except BaseException:
-            self._kill(proc)
-            raise
-        finally:
-            os.close(read_fd)
-
-    @staticmethod
-    def _kill(proc: subprocess.Popen[bytes]) -> None:
-        """Stop the child and anything it started (its own process group)."""
-        if proc.poll() is not None:
-            return
-        for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=grace)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-    def _handle(self, line: bytes) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        kind = event.get("event")
-        record = self.writer.record
-        if kind == "loaded":
-            record.backend = event["backend"]
-            record.resolved = event["resolved"]
-            record.model.update(
-                {k: event[k] for k in ("trainable_params", "total_params", "trainable_percent")}
-            )
-            if event.get("note"):
-                record.model["note"] = event["note"]
-            self.writer.write()
-        elif kind == "metric":
-            metric = Metric.from_dict(event).to_dict()
-            self.metrics.append(metric)
-            self.writer.append_metric(metric)
-        elif kind == "done":
-            self.result = event
-        elif kind == "error":
-            self.error = event
-        typed = event_from_dict({"run_id": record.run_id, **event})
-        if typed is not None:
-            self.on_event(typed)
-
-    def failure(self) -> TrainError | None:
-        """The reason the run failed, or None when it succeeded."""
-        log = self.writer.folder / "train.log"
-        if self.timed_out:
-            return TrainError(
-                f"training timed out after {self.timeout:g}s and was stopped",
-                "raise --timeout, or lower --epochs / --max-steps",
-            )
-        if self.error is not None:
-            if self.error.get("kind") == "train":
-                cls = TrainConfigError if self.error.get("exit_code") == 2 else TrainError
-                return cls(self.error["message"], self.error.get("hint"))
-            return TrainError(f"training process failed: {self.error['message']}", f"traceback in {log}")
-        if self.returncode is not None and self.returncode < 0:
-            name = signal.Signals(-self.returncode).name
-            return TrainError(
-                f"training process was killed by {name}", f"out of memory? see {log} and the system log"
-            )
-        if self.returncode != 0 or self.result is None:
-            return TrainError(
-                f"training process exited with code {self.returncode} without a result", f"see {log}"
-            )
-        return None
-
-
 def _spec(
     config: TrainConfig,
     version: DatasetVersion,
@@ -244,13 +112,25 @@ def _spec(
         "max_token_id": plan.max_token_id,
         "staging_dir": str(staging),
         "scratch_dir": str(scratch),
+        "events": str(scratch / "events"),
+        "content_hash": version.content_hash,
         # Trackers that write files (tensorboard) write them beside the run record, not into
         # the scratch folder that is removed at the end.
         "logging_dir": str(logging_dir),
     }
 
 
-_CHECKED_FIELDS = ("rows", "max_length", "truncated_rows")
+@dataclass
+class _Run:
+    """What one attempt of a run works with (a fresh run, or a resumed one)."""
+
+    config: TrainConfig
+    version: DatasetVersion
+    record: RunRecord
+    output: Path
+    base: Path
+    #: (step, folder) of the checkpoint a resumed attempt continues from
+    resume_from: tuple[int, Path] | None = None
 
 
 def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -> RunRecord:
@@ -259,95 +139,112 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
     Raises a TracebankError (one line) on any failure; once the run has started, its record
     is marked failed with the same message first.
     """
-    emit = on_event or (lambda event: None)
     config.validate()
     wh.check_format()
     version = open_version(wh, config.dataset)
     output = Path(config.output).expanduser().resolve()
-    base = Path(config.base_model).expanduser().resolve()
+    base = resolve_base_model(config.base_model)
     _check_output(output, config.overwrite, wh)
-
     run_id = new_run_id(version.ref.name)
-    owner = Owner.current(f"train run {run_id}")
-    claim = _claim_output(wh, output, owner)
     record = RunRecord(
         run_id=run_id,
         status="running",
         dataset=version.label,
         content_hash=version.content_hash,
-        base_model=str(base),
+        base_model=base.pinned,
+        base_model_revision=base.revision,
         backend=config.backend,
         output_dir=str(output),
         save=config.save,
         hyperparameters=config.to_dict(),
         libraries=library_versions(),
         started_at=now(),
-        owner=owner.to_dict(),
     )
+    run = _Run(config, version, record, output, base.path)
+    if config.node_rank > 0:
+        return _join_as_node(wh, run, on_event or (lambda event: None))
+    return _attempt(wh, run, on_event or (lambda event: None))
+
+
+def _join_as_node(wh: Warehouse, run: _Run, emit: OnEvent) -> RunRecord:
+    """Node ``k > 0`` of a multi-node run: check the dataset as node 0 does, run this node's ranks,
+    and record nothing (node 0 records the run and writes the model). Its scratch and log are in a
+    temporary folder of this machine, kept when it fails."""
+    record, config = run.record, run.config
+    plan = _check(run, None, emit)
+    scratch = Path(tempfile.mkdtemp(prefix=f"tracebank-train-node{config.node_rank}-"))
+    spec = _spec(config, run.version, plan, run.base, scratch / "staging", scratch, scratch / "tracker-logs")
+    spec_path = scratch / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    child = ChildRun(record.run_id, None, config.timeout, emit)
+    child.run(child_command(config, spec_path), Path(spec["events"]), scratch / "train.log")
+    failure = child.failure()
+    if failure is not None:
+        raise failure
+    shutil.rmtree(scratch, ignore_errors=True)
+    record.status, record.finished_at = "succeeded", now()
+    record.summary = {**summarise(child.metrics), **(child.result or {}).get("stats", {})}
+    return record
+
+
+def resume(wh: Warehouse, run_id: str, on_event: OnEvent | None = None) -> RunRecord:
+    """Continue a failed or interrupted run from its last whole checkpoint, as a new attempt of the
+    same run: same dataset version (its content hash checked), same settings, same output."""
+    wh.check_format()
+    _, record = catalog.resolve_run(wh, run_id)
+    record = settle_run(record)
+    if record.status == "succeeded":
+        raise TrainError(f"run {record.run_id} already succeeded", "start a new run to train again")
+    if record.status == "running":
+        owner = Owner.from_dict(record.owner) if record.owner else None
+        raise TrainError(
+            f"run {record.run_id} is still running" + (f" ({owner.describe()})" if owner else ""),
+            "wait for it to end, or stop it first",
+        )
+    config = TrainConfig.from_dict(record.hyperparameters).validate()
+    version = open_version(wh, record.dataset)
+    if version.content_hash != record.content_hash:
+        raise TrainError(
+            f"dataset {record.dataset} has content hash {version.content_hash}, but run {record.run_id} "
+            f"trained on {record.content_hash}",
+            "the version was replaced; start a new run on it",
+        )
+    found = last_checkpoint(run_scratch(wh, record.run_id))
+    if found is None:
+        raise TrainError(
+            f"run {record.run_id} left no checkpoint to resume from",
+            "it ran without --save-steps or stopped before its first checkpoint; start a new run",
+        )
+    output = Path(record.output_dir)
+    _check_output(output, config.overwrite, wh)
+    if record.attempts and record.attempts[-1]["status"] == "running":  # killed: nobody wrote its end
+        record.attempts[-1].update(status="failed", error=record.error)
+    record.status, record.error, record.finished_at = "running", None, None
+    base = resolve_base_model(record.base_model).path
+    run = _Run(config, version, record, output, base, resume_from=found)
+    return _attempt(wh, run, on_event or (lambda event: None))
+
+
+def _attempt(wh: Warehouse, run: _Run, emit: OnEvent) -> RunRecord:
+    """Claim the output, open the run record and train; the record ends succeeded or failed."""
+    record, config = run.record, run.config
+    owner = Owner.current(f"train run {record.run_id}")
+    record.owner = owner.to_dict()
+    claim = _claim_output(wh, run.output, owner)
     try:
-        _check_output(output, config.overwrite, wh)  # again: another run may have published meanwhile
-        writer = RunWriter(wh, record)
+        _check_output(run.output, config.overwrite, wh)  # again: another run may have published meanwhile
+        writer = RunWriter(wh, record, resumed_from_step=run.resume_from[0] if run.resume_from else None)
     except BaseException:
         release(claim, owner)
         raise
     record.log_file = str(writer.folder / "train.log")
-    emit(RunStarted(run_id=run_id, dataset=version.label, run_dir=str(writer.folder)))
-    scratch = wh.root / scratch_key(run_id)
-    staging = staging_dir(output, run_id)
-    wall = time.perf_counter()
+    emit(RunStarted(run_id=record.run_id, dataset=run.version.label, run_dir=str(writer.folder)))
+    scratch = run_scratch(wh, record.run_id)
+    staging = staging_dir(run.output, record.run_id)
+    succeeded = False
     try:
-        verify(version)
-        facts = preflight.model_facts(base)
-        plan = preflight.plan(config, version, facts)
-        record.data = {
-            "rows": plan.rows,
-            "max_length": plan.max_length,
-            "dataset_max_length": plan.dataset_max_length,
-            "max_token_id": plan.max_token_id,
-            "truncated_rows": plan.truncated_rows,
-            "dropped_rows": plan.dropped_rows,
-            "trained_tokens_per_epoch": plan.trained_tokens,
-        }
-        record.model = {
-            "model_type": facts.model_type,
-            "vocab_size": facts.vocab_size,
-            "max_positions": facts.max_positions,
-        }
-        writer.write()
-        emit(
-            RunChecked(
-                run_id=run_id,
-                rows=plan.rows,
-                max_length=plan.max_length,
-                truncated_rows=plan.truncated_rows,
-                extra={
-                    k: v for k, v in record.data.items() if k not in ("rows", "max_length", "truncated_rows")
-                },
-            )
-        )
-
-        scratch.mkdir(parents=True, exist_ok=True)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        spec_path = scratch / "spec.json"
-        spec_path.write_text(
-            json.dumps(
-                _spec(config, version, plan, base, staging, scratch, wh.run_dir(run_id) / "tracker-logs"),
-                indent=2,
-            )
-        )
-        child = _ChildRun(writer, spec_path, config.timeout, emit)
-        child.run()
-        failure = child.failure()
-        record.summary = {**summarise(child.metrics), "wall_s": round(time.perf_counter() - wall, 3)}
-        if child.result is not None:
-            stats = dict(child.result.get("stats", {}))
-            record.best_checkpoint = stats.pop("best_checkpoint", None)
-            record.summary.update(stats)
-            record.model["saved"] = child.result.get("saved")
-        if failure is not None:
-            raise failure
-        write_model_card(staging, record)  # provenance travels with the model folder, and marks it
-        _publish(staging, output)
+        _train_and_publish(wh, run, writer, scratch, staging, emit)
+        succeeded = True
     except TracebankError as exc:
         writer.finish("failed", exc.one_line())
         raise
@@ -358,9 +255,115 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
         writer.finish("failed", f"{type(exc).__name__}: {exc}")
         raise
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _clean_scratch(scratch, keep_checkpoints=not succeeded)
         shutil.rmtree(staging, ignore_errors=True)
         release(claim, owner)
     writer.finish("succeeded")
-    emit(RunFinished(run_id=run_id, status="succeeded", summary=record.summary, output_dir=str(output)))
+    emit(
+        RunFinished(
+            run_id=record.run_id, status="succeeded", summary=record.summary, output_dir=str(run.output)
+        )
+    )
     return record
+
+
+def _clean_scratch(scratch: Path, keep_checkpoints: bool) -> None:
+    """Remove a run's scratch; a failed run keeps its whole checkpoints, for ``--resume``."""
+    if not (keep_checkpoints and complete_checkpoints(scratch)):
+        shutil.rmtree(scratch, ignore_errors=True)
+        return
+    for entry in scratch.iterdir():
+        if entry != checkpoints_dir(scratch):
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+_CHECKED_FIELDS = ("rows", "max_length", "truncated_rows")
+
+
+def _check(run: _Run, writer: RunWriter | None, emit: OnEvent) -> preflight.Plan:
+    """Verify the dataset's hashes and run the pre-flight checks; record what they found."""
+    record = run.record
+    verify(run.version)
+    facts = preflight.model_facts(run.base)
+    plan = preflight.plan(run.config, run.version, facts)
+    check_checkpointing(run.config, plan)
+    record.data = {
+        "rows": plan.rows,
+        "max_length": plan.max_length,
+        "dataset_max_length": plan.dataset_max_length,
+        "max_token_id": plan.max_token_id,
+        "truncated_rows": plan.truncated_rows,
+        "dropped_rows": plan.dropped_rows,
+        "trained_tokens_per_epoch": plan.trained_tokens,
+    }
+    record.model = {
+        "model_type": facts.model_type,
+        "vocab_size": facts.vocab_size,
+        "max_positions": facts.max_positions,
+    }
+    if writer is not None:
+        writer.write()
+    emit(
+        RunChecked(
+            run_id=record.run_id,
+            rows=plan.rows,
+            max_length=plan.max_length,
+            truncated_rows=plan.truncated_rows,
+            extra={k: v for k, v in record.data.items() if k not in _CHECKED_FIELDS},
+        )
+    )
+    return plan
+
+
+def _train_and_publish(
+    wh: Warehouse, run: _Run, writer: RunWriter, scratch: Path, staging: Path, emit: OnEvent
+) -> None:
+    record, config = run.record, run.config
+    wall = time.perf_counter()
+    earlier = _earlier_metrics(wh, run)
+    plan = _check(run, writer, emit)
+    scratch.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's half-saved model
+    run.output.parent.mkdir(parents=True, exist_ok=True)
+    spec = _spec(
+        config, run.version, plan, run.base, staging, scratch, wh.run_dir(record.run_id) / "tracker-logs"
+    )
+    spec["resume_from"] = str(run.resume_from[1]) if run.resume_from else None
+    spec_path = scratch / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    child = ChildRun(record.run_id, writer, config.timeout, emit)
+    child.run(child_command(config, spec_path), Path(spec["events"]), writer.folder / "train.log")
+    failure = child.failure()
+    record.summary = {**summarise(earlier + child.metrics), "wall_s": round(time.perf_counter() - wall, 3)}
+    if child.result is not None:
+        stats = dict(child.result.get("stats", {}))
+        record.best_checkpoint = stats.pop("best_checkpoint", None)
+        record.summary.update(stats)
+        record.model["saved"] = child.result.get("saved")
+    if failure is not None:
+        raise failure
+    write_model_card(staging, record)  # provenance travels with the model folder, and marks it
+    _publish(staging, run.output)
+
+
+def _earlier_metrics(wh: Warehouse, run: _Run) -> list[dict[str, Any]]:
+    """Metrics of earlier attempts up to the checkpoint this attempt resumes from (the summary
+    covers the whole run; steps after that checkpoint are trained again)."""
+    if run.resume_from is None:
+        return []
+    folder = wh.run_dir(run.record.run_id)
+    step = run.resume_from[0]
+    return [m for m in Storage(wh).run_metrics(folder) if (m.get("step") or 0) <= step]
+
+
+def check_checkpointing(config: TrainConfig, plan: preflight.Plan) -> None:
+    """Resumable checkpoints and keeping the best evaluation share transformers' save schedule."""
+    evaluates = "validation" in plan.rows and config.eval_strategy != "no"
+    if not (config.save_steps and evaluates):
+        return
+    if config.eval_strategy == "epoch" or config.save_steps % (config.eval_steps or 1):
+        raise TrainConfigError(
+            "--save-steps with a validation split needs --eval-strategy steps and --save-steps a "
+            "multiple of --eval-steps (the best evaluation is picked among the saved checkpoints)",
+            f"add --eval-strategy steps --eval-steps {config.save_steps}, or --eval-strategy no",
+        )

@@ -337,7 +337,7 @@ class RunRecord(Record):
     content_hash: str | None
     """That version's content hash."""
     base_model: str
-    """Base model path."""
+    """Base model path, or ``ORG/NAME@<commit>`` for a Hugging Face hub id."""
     backend: str
     """trl | unsloth."""
     output_dir: str
@@ -368,6 +368,10 @@ class RunRecord(Record):
     """The process running it (pid, host, start): a running run whose process is gone reads as failed."""
     log_file: str | None = None
     """The child's log."""
+    base_model_revision: str | None = None
+    """Hub commit the base model resolved to (None for a local folder)."""
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    """Each start of the run (the first and every resume): times, status, owner, checkpoint steps."""
     format_version: int = 1
     """Shape version of this record."""
     other: dict[str, Any] = field(default_factory=dict)

@@ -180,3 +180,96 @@ def config_option(
         flag = f"{flag}/--no-{flag[2:]}"
     names = flags or (flag,)
     return click.option(*names, name, **kwargs)
+
+
+CONFIG_FILE_KEY = "tracebank.config_file"
+
+
+def config_file_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--config FILE.yaml``: a command's option values from a YAML mapping.
+
+    Keys are the option names as on the command line (``base-model`` or ``base_model``;
+    ``lr`` or ``learning_rate``); a list goes to a comma-separated option as ``a,b``. Values
+    become the command's defaults, so a flag given on the command line wins over the file.
+    """
+    return click.option(
+        "--config",
+        "config_file",
+        type=click.Path(dir_okay=False),
+        metavar="FILE.yaml",
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_load_config_file,
+        help="Option values from a YAML file (keys are the option names); flags given here win.",
+    )(f)
+
+
+def _load_config_file(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    values = config_file_values(ctx.command, read_config_file(value), value)
+    ctx.default_map = {**(ctx.default_map or {}), **values}
+    ctx.meta[CONFIG_FILE_KEY] = value
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """The mapping a YAML config file holds (an empty file is an empty mapping)."""
+    import yaml
+
+    from tracebank.warehouse.errors import UsageError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1})" if where is not None else ""
+        raise UsageError(f"config file {path} is not valid YAML{line}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} must be a mapping of option names to values")
+    return data
+
+
+def option_names(command: click.Command) -> dict[str, click.Parameter]:
+    """Every name a config file may use for each option of ``command`` (underscored)."""
+    names: dict[str, click.Parameter] = {}
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.name in (None, "config_file"):
+            continue
+        for alias in (param.name, *(opt.lstrip("-") for opt in param.opts if opt.startswith("--"))):
+            names[alias.replace("-", "_")] = param
+    return names
+
+
+def config_file_values(command: click.Command, data: dict[str, Any], source: str) -> dict[str, Any]:
+    """``data``'s values keyed by ``command``'s parameter names; unknown keys are refused."""
+    from tracebank.warehouse.errors import UsageError
+
+    names = option_names(command)
+    unknown = sorted(str(k) for k in data if str(k).replace("-", "_") not in names)
+    if unknown:
+        raise UsageError(
+            f"config file {source} has unknown option(s) {', '.join(unknown)}",
+            f"`tracebank {command.name} --help` lists the options",
+        )
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        param = names[str(key).replace("-", "_")]
+        if isinstance(value, list) and not param.multiple:
+            value = ",".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            import json
+
+            value = json.dumps(value)
+        values[str(param.name)] = value
+    return values
+
+
+def given_on_command_line(ctx: click.Context, names: list[str]) -> list[str]:
+    """Which of ``names`` (parameter names) the command line set itself."""
+    return [n for n in names if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]

@@ -8,13 +8,26 @@ from typing import Any
 
 import click
 
-from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
+from tracebank.cli.options import (
+    CONFIG_FILE_KEY,
+    config_file_option,
+    config_option,
+    format_option,
+    given_on_command_line,
+    pass_warehouse,
+)
 from tracebank.cli.output import echo_rows
 from tracebank.cli.progress import Progress, loss
 from tracebank.train.config import BACKENDS, DPO_LOSSES, EVAL_STRATEGIES, METHODS, SAVE_METHODS, TrainConfig
 
 
 def _summary_line(record: Any) -> str:
+    hp = record.hyperparameters
+    if hp.get("node_rank"):
+        return (
+            f"node {hp['node_rank']} of {hp['nnodes']} finished its {hp['nproc_per_node']} rank(s); "
+            f"node 0 records the run and writes the model to {record.output_dir}"
+        )
     s = record.summary
     eval_part = f", eval best {loss(s.get('eval_loss_best'))}" if s.get("eval_loss_best") is not None else ""
     speed = f"{s['tokens_per_s']:,.0f} tokens/s" if s.get("tokens_per_s") else "n/a tokens/s"
@@ -33,9 +46,10 @@ def _train_option(name: str, *flags: str, **extra: Any) -> Any:
 
 
 @click.command()
-@_train_option("dataset", required=True)
-@_train_option("base_model", required=True)
-@_train_option("output", required=True)
+@config_file_option
+@_train_option("dataset")
+@_train_option("base_model")
+@_train_option("output")
 @_train_option("backend", type=click.Choice(BACKENDS))
 @_train_option("save", type=click.Choice(SAVE_METHODS))
 @_train_option("overwrite")
@@ -71,21 +85,70 @@ def _train_option(name: str, *flags: str, **extra: Any) -> Any:
 @_train_option("method", type=click.Choice(METHODS))
 @_train_option("beta")
 @_train_option("dpo_loss", type=click.Choice(DPO_LOSSES))
+@_train_option("save_steps")
+@_train_option("save_total_limit")
+@_train_option("packing")
+@_train_option("attn_implementation")
+@_train_option("nproc_per_node")
+@_train_option("nnodes")
+@_train_option("node_rank")
+@_train_option("rdzv_endpoint", metavar="HOST:PORT")
+@_train_option("extra", metavar="JSON")
+@click.option(
+    "--resume",
+    metavar="RUN_ID",
+    default=None,
+    help="Continue this failed or interrupted run from its last checkpoint, with its own settings.",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr; only the summary line.")
 @pass_warehouse
-def train(wh, quiet: bool, target_modules: str | None, **options: Any) -> None:
+def train(wh, quiet: bool, resume: str | None, target_modules: str | None, **options: Any) -> None:
     """Train a LoRA adapter on a dataset version and record the run."""
-    from tracebank.train import TrainConfig
+    from tracebank.train import resume as resume_run
     from tracebank.train import train as run_training
 
-    if target_modules:
-        options["target_modules"] = tuple(t.strip() for t in target_modules.split(",") if t.strip())
     progress = Progress()
+    on_event = None if quiet else progress
     try:
-        record = run_training(wh, TrainConfig(**options), on_event=None if quiet else progress)
+        if resume:
+            _refuse_settings_with_resume(list(options) + ["target_modules"])
+            record = resume_run(wh, resume, on_event=on_event)
+        else:
+            record = run_training(wh, _config(options, target_modules), on_event=on_event)
     finally:
         progress.close()
     click.echo(_summary_line(record))
+
+
+def _config(options: dict[str, Any], target_modules: str | None) -> TrainConfig:
+    """The TrainConfig of the command's options (from flags, a --config file and defaults)."""
+    from tracebank.warehouse.errors import UsageError
+
+    if target_modules:
+        options["target_modules"] = tuple(t.strip() for t in target_modules.split(",") if t.strip())
+    extra = options.pop("extra", None)
+    if extra:
+        try:
+            options["extra"] = json.loads(extra) if isinstance(extra, str) else dict(extra)
+        except ValueError as exc:
+            raise UsageError(f"--extra is not a JSON object: {exc}") from exc
+        if not isinstance(options["extra"], dict):
+            raise UsageError("--extra must be a JSON object of SFTConfig keys")
+    return TrainConfig(**options)
+
+
+def _refuse_settings_with_resume(names: list[str]) -> None:
+    from tracebank.warehouse.errors import UsageError
+
+    ctx = click.get_current_context()
+    given = given_on_command_line(ctx, names)
+    if given or ctx.meta.get(CONFIG_FILE_KEY):
+        flags = _flag_names()
+        what = ", ".join("--" + flags[n] for n in given) or "--config"
+        raise UsageError(
+            f"--resume continues a run with its recorded settings; {what} cannot change them",
+            "drop them, or start a new run with the settings you want",
+        )
 
 
 @click.group()
@@ -105,7 +168,14 @@ def runs_list(wh, fmt: str) -> None:
 
 @runs.command("show")
 @click.argument("run_id")
-@show_format_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "yaml"]),
+    default="text",
+    show_default=True,
+    help="text: readable; json: the whole record; yaml: a `train --config` file that reproduces the run.",
+)
 @pass_warehouse
 def runs_show(wh, run_id: str, fmt: str) -> None:
     """Show one run (an id prefix is enough): record, summary and per-step losses."""
@@ -113,9 +183,42 @@ def runs_show(wh, run_id: str, fmt: str) -> None:
     from tracebank.train.runs import format_run
 
     details = run_details(wh, run_id)
-    click.echo(
-        json.dumps(details, indent=2, sort_keys=True, default=str) if fmt == "json" else format_run(details)
+    if fmt == "yaml":
+        click.echo(run_config_yaml(details), nl=False)
+    else:
+        click.echo(
+            json.dumps(details, indent=2, sort_keys=True, default=str)
+            if fmt == "json"
+            else format_run(details)
+        )
+
+
+def _flag_names() -> dict[str, str]:
+    """Each train option's parameter name -> its flag without dashes (``learning_rate`` -> ``lr``)."""
+    return {str(p.name): p.opts[0].lstrip("-") for p in train.params if isinstance(p, click.Option)}
+
+
+def run_config_yaml(details: dict[str, Any]) -> str:
+    """A ``train --config`` file of a run's effective settings, keyed by the train command's flags:
+    the dataset pinned to the version it trained on, the base model as resolved."""
+    import yaml
+
+    settings = {
+        **details.get("hyperparameters", {}),
+        "dataset": details.get("dataset"),
+        "base_model": details.get("base_model"),
+    }
+    flags = _flag_names()
+    body = {
+        flags.get(name, name.replace("_", "-")): value
+        for name, value in settings.items()
+        if value is not None and value != {} and name in flags
+    }
+    head = (
+        f"# tracebank train --config FILE reproduces run {details.get('run_id')}\n"
+        f"# (dataset {details.get('dataset')}, content hash {details.get('content_hash')})\n"
     )
+    return head + yaml.safe_dump(body, sort_keys=False)
 
 
 @click.command()

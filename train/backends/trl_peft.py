@@ -27,6 +27,8 @@ class TrlPeftBackend:
         # On CUDA the weights are held in bf16 (or quantized); on CPU and MPS in float32.
         dtype = _dtype("bfloat16" if resolved.bf16 else "float32")
         kwargs: dict[str, Any] = {"dtype": dtype}
+        if spec["config"].get("attn_implementation"):
+            kwargs["attn_implementation"] = spec["config"]["attn_implementation"]
         if resolved.load_in_4bit:
             from transformers import BitsAndBytesConfig
 

@@ -26,6 +26,7 @@ class UnslothBackend:
             max_seq_length=spec["max_length"],
             load_in_4bit=resolved.load_in_4bit,
             dtype=None,
+            **({"attn_implementation": attn} if (attn := spec["config"].get("attn_implementation")) else {}),
         )
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token

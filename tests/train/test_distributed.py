@@ -1,0 +1,180 @@
+"""Data-parallel training under torchrun on CPU (gloo): two ranks, and two "nodes" on loopback
+through a c10d rendezvous, train what one process trains over the same global batch; a rank that
+dies fails the run and publishes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from tracebank.warehouse import catalog
+from tracebank.warehouse.location import Warehouse
+
+from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
+
+SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: Global batch 4 per step: one process of batch 4, or two ranks of batch 2.
+RECIPE = [
+    "--dataset", "qa@v1", "--lr", "1e-2", "--grad-accum", "1", "--warmup-steps", "0",
+    "--seed", "0", "--eval-strategy", "no", "--save", "lora",
+]  # fmt: skip
+STEPS = ["--max-steps", "3"]
+
+
+def _command(wh, tiny_model, out, *more):
+    return [
+        sys.executable, "-m", "tracebank.cli.main", "-w", str(wh.root), "train", "--quiet",
+        "--base-model", str(tiny_model), "--output", str(out), *more,
+    ]  # fmt: skip
+
+
+def _run(wh, tiny_model, out, *more):
+    done = subprocess.run(
+        _command(wh, tiny_model, out, *RECIPE, *STEPS, *more),
+        env={**os.environ, **SINGLE_THREAD},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[1]
+
+
+def _metrics(wh, run_id):
+    folder, _ = catalog.resolve_run(wh, run_id)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    return [m for m in map(json.loads, lines) if m.get("split") == "train"]
+
+
+def _adapter(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def _same_training(wh, run_id, out, reference):
+    """Same first-step loss and gradient norm (1e-4), same losses after, same adapter."""
+    ref_id, ref_out = reference
+    got, want = _metrics(wh, run_id), _metrics(wh, ref_id)
+    assert got[0]["loss"] == pytest.approx(want[0]["loss"], abs=1e-4)
+    assert got[0]["grad_norm"] == pytest.approx(want[0]["grad_norm"], abs=1e-4)
+    assert [m["loss"] for m in got] == pytest.approx([m["loss"] for m in want], abs=1e-4)
+    ranks, one = _adapter(out), _adapter(ref_out)
+    assert ranks.keys() == one.keys()
+    assert max(float((ranks[k] - one[k]).abs().max()) for k in one) <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def one_process(qa_wh, tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("one-process") / "adapter"
+    return _run(qa_wh, tiny_model, out, "--batch-size", "4"), out
+
+
+def test_two_ranks_train_what_one_process_trains(qa_wh, tiny_model, tmp_path, one_process):
+    out = tmp_path / "adapter"
+    run_id = _run(qa_wh, tiny_model, out, "--batch-size", "2", "--nproc-per-node", "2")
+    _same_training(qa_wh, run_id, out, one_process)
+    _, record = catalog.resolve_run(qa_wh, run_id)
+    assert record.backend == "trl" and record.hyperparameters["nproc_per_node"] == 2
+    assert record.model["note"].startswith("auto chose TRL+PEFT")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_on_loopback_train_what_one_process_trains(qa_wh, tiny_model, tmp_path, one_process):
+    out = tmp_path / "adapter"
+    nodes = ["--batch-size", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}"]
+    env = {**os.environ, **SINGLE_THREAD}
+    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    second = subprocess.Popen(
+        _command(qa_wh, tiny_model, out, *RECIPE, *STEPS, *nodes, "--node-rank", "1"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run_id = _run(qa_wh, tiny_model, out, *nodes, "--node-rank", "0")
+    stdout, stderr = second.communicate(timeout=120)
+    assert second.returncode == 0, stderr
+    assert stdout.startswith("node 1 of 2 finished")
+    assert {folder.name for folder, _ in catalog.runs(qa_wh)} - before == {run_id}  # node 0 records alone
+    _same_training(qa_wh, run_id, out, one_process)
+
+
+def _rank_process(root_pid, local_rank):
+    for proc in psutil.Process(root_pid).children(recursive=True):
+        try:
+            if "tracebank.train.child" in proc.cmdline() and proc.environ().get("LOCAL_RANK") == local_rank:
+                return proc
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_a_rank_that_dies_fails_the_run_and_publishes_nothing(qa_wh, tiny_model, tmp_path):
+    out = tmp_path / "adapter"
+    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    long = [*RECIPE, "--max-steps", "5000", "--batch-size", "2", "--nproc-per-node", "2"]
+    proc = subprocess.Popen(
+        _command(qa_wh, tiny_model, out, *long),
+        env={**os.environ, **SINGLE_THREAD},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runs = [f for f, _ in catalog.runs(qa_wh) if f.name not in before]
+        if runs and (runs[0] / "metrics.jsonl").stat().st_size > 0:
+            break
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    rank = _rank_process(proc.pid, "1")
+    assert rank is not None
+    os.kill(rank.pid, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    # rank 0 loses its peer in a collective (or torchrun reports the dead rank): one line either way
+    assert stderr.startswith("Error: training process") and len(stderr.splitlines()) == 1
+    _, record = catalog.resolve_run(qa_wh, runs[0].name)
+    assert record.status == "failed" and record.error.startswith("training process")
+    assert not out.exists() and not list(tmp_path.glob(".adapter*"))
+
+
+def test_nodes_on_different_dataset_versions_stop_before_step_one(qa_wh, tiny_model, tokenizer, tmp_path):
+    """Every rank compares the content hash of what it is about to train on: a node whose warehouse
+    holds another qa@v1 stops the run before any step, on every node."""
+    other = Warehouse(tmp_path / "other-warehouse").init()
+    write_dataset(other, "qa", qa_rows(tokenizer, QA_PAIRS), validation=qa_rows(tokenizer, QA_PAIRS))
+    out = tmp_path / "adapter"
+    nodes = ["--batch-size", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}"]
+    env = {**os.environ, **SINGLE_THREAD}
+    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    started = [
+        subprocess.Popen(
+            _command(wh, tiny_model, out, *RECIPE, *STEPS, *nodes, "--node-rank", rank),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for wh, rank in ((qa_wh, "0"), (other, "1"))
+    ]
+    errors = [proc.communicate(timeout=600)[1] for proc in started]
+    for proc, stderr in zip(started, errors, strict=True):
+        assert proc.returncode == 1, stderr
+        assert len(stderr.splitlines()) == 1 and "holds dataset content hash" in stderr, stderr
+    (run_id,) = {folder.name for folder, _ in catalog.runs(qa_wh)} - before
+    _, record = catalog.resolve_run(qa_wh, run_id)
+    assert record.status == "failed" and _metrics(qa_wh, run_id) == [] and not out.exists()

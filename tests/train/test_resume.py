@@ -1,0 +1,132 @@
+"""Resume: a run SIGKILLed after its second checkpoint and resumed ends with the same adapter as an
+uninterrupted run (same seed, CPU, one thread), in one run record showing both attempts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from click.testing import CliRunner
+from tracebank.train.checkpoints import complete_checkpoints
+from tracebank.train.checkpoints import run_scratch as scratch_dir
+from tracebank.warehouse import catalog
+
+from tracebank.cli.main import cli
+
+SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: 24 steps over 6 epochs of 4 batches, a checkpoint every 2 steps: resuming crosses epochs.
+RECIPE = [
+    "--lr", "1e-2", "--batch-size", "4", "--grad-accum", "1", "--warmup-steps", "0", "--max-steps", "24",
+    "--save-steps", "2", "--seed", "0", "--eval-strategy", "no", "--save", "lora",
+]  # fmt: skip
+
+
+def _train_command(wh, tiny_model, out, *more):
+    return [
+        sys.executable, "-m", "tracebank.cli.main", "-w", str(wh.root), "train", "--quiet",
+        "--dataset", "qa@v1", "--base-model", str(tiny_model), "--output", str(out), *RECIPE, *more,
+    ]  # fmt: skip
+
+
+def _env():
+    return {**os.environ, **SINGLE_THREAD}
+
+
+def _adapter(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def _only_run(wh, exclude=()):
+    ids = [folder.name for folder, _ in catalog.runs(wh) if folder.name not in exclude]
+    assert len(ids) == 1, ids
+    return catalog.resolve_run(wh, ids[0])
+
+
+def _kill_after_checkpoint(proc, wh, step, exclude, timeout=300.0):
+    """SIGKILL the train command and its training child once the run has a whole checkpoint at
+    ``step`` or later (like a node lost to preemption: nothing gets to clean up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        runs = [f for f, _ in catalog.runs(wh) if f.name not in exclude]
+        if runs:
+            _, record = catalog.resolve_run(wh, runs[0].name)
+            if (record.attempts[-1].get("last_checkpoint") or 0) >= step:
+                family = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))]
+                for pid in family:
+                    os.kill(pid, signal.SIGKILL)
+                proc.wait()
+                return record.run_id
+        time.sleep(0.02)
+    raise AssertionError("no checkpoint appeared")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(qa_wh, tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("resume-ref") / "adapter"
+    done = subprocess.run(_train_command(qa_wh, tiny_model, out), env=_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return out, done.stdout.split()[1]
+
+
+def test_a_killed_run_resumes_to_the_same_adapter(qa_wh, tiny_model, tmp_path, uninterrupted, monkeypatch):
+    reference, reference_id = uninterrupted
+    out = tmp_path / "adapter"
+    proc = subprocess.Popen(
+        _train_command(qa_wh, tiny_model, out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    run_id = _kill_after_checkpoint(proc, qa_wh, 4, exclude={reference_id})
+    assert not out.exists()  # nothing published
+    steps = [step for step, _ in complete_checkpoints(scratch_dir(qa_wh, run_id))]
+    assert steps and 4 <= steps[-1] < 24 and len(steps) <= 2  # --save-total-limit 2
+
+    for key, value in SINGLE_THREAD.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(cli, ["-w", str(qa_wh.root), "train", "--quiet", "--resume", run_id])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"run {run_id} succeeded")
+
+    resumed, expected = _adapter(out), _adapter(reference)
+    assert resumed.keys() == expected.keys()
+    worst = max(float((resumed[k] - expected[k]).abs().max()) for k in expected)
+    assert worst <= 1e-6, worst
+
+    _, record = catalog.resolve_run(qa_wh, run_id)
+    first, second = record.attempts
+    assert record.status == "succeeded" and len(record.attempts) == 2
+    assert first["attempt"] == 1 and first["resumed_from_step"] is None
+    assert first["status"] == "failed" and "ended without finishing the run" in first["error"]
+    assert second["resumed_from_step"] == steps[-1] and second["status"] == "succeeded"
+    assert record.summary["steps"] == 24
+    assert not scratch_dir(qa_wh, run_id).exists()  # a finished run's checkpoints are gone
+
+    # the losses after the checkpoint were trained again: the resumed attempt's equal the reference's
+    metrics = _metrics(qa_wh, run_id)
+    reference_losses = {m["step"]: m["loss"] for m in _metrics(qa_wh, reference_id)}
+    again = [m for m in metrics if m["attempt"] == 2]
+    assert [m["step"] for m in again] == list(range(steps[-1] + 1, 25))
+    assert [m["loss"] for m in again] == pytest.approx([reference_losses[m["step"]] for m in again], abs=1e-5)
+
+
+def _metrics(wh, run_id):
+    folder, _ = catalog.resolve_run(wh, run_id)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    return [m for m in map(json.loads, lines) if m.get("split") == "train"]
+
+
+def test_resume_refuses_a_succeeded_run_and_new_settings(qa_wh, uninterrupted):
+    _, reference_id = uninterrupted
+    runner = CliRunner()
+    done = runner.invoke(cli, ["-w", str(qa_wh.root), "train", "--resume", reference_id])
+    assert done.exit_code != 0 and f"run {reference_id} already succeeded" in done.output
+    changed = runner.invoke(cli, ["-w", str(qa_wh.root), "train", "--resume", reference_id, "--lr", "1"])
+    assert changed.exit_code == 2 and "--lr cannot change them" in changed.output
+    assert len(changed.output.strip().splitlines()) == 1

@@ -1,0 +1,207 @@
+"""The training child seen from the parent: start it (one process, or one per rank under torchrun
+through ``train.launch``), pump its events into the run record, stop it.
+
+The child reports JSON lines (``loaded``, ``metric``, ``checkpoint``, ``done``, ``error``); this
+is the one place that turns them into run-record updates, metrics.jsonl lines and progress
+events. A timeout kills the child's whole process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tracebank.train.config import TrainConfig
+from tracebank.train.errors import TrainConfigError, TrainError
+from tracebank.train.record import RunWriter
+
+from tracebank.events import Metric, OnEvent, event_from_dict
+
+KILL_GRACE_S = 5.0
+
+#: The c10d rendezvous id every node of a multi-node run joins under.
+RDZV_ID = "tracebank-train"
+#: Set to ``torchrun`` to start even a one-process run under torchrun (the GPU check does).
+LAUNCHER_VARIABLE = "TRACEBANK_TRAIN_LAUNCHER"
+
+
+def child_command(config: TrainConfig, spec_path: Path) -> list[str]:
+    """The command that trains ``spec_path``: the child itself, or torchrun starting one per rank."""
+    child = ["-m", "tracebank.train.child", str(spec_path)]
+    if config.world_size == 1 and os.environ.get(LAUNCHER_VARIABLE) != "torchrun":
+        return [sys.executable, "-P", *child]
+    ranks = [f"--nproc-per-node={config.nproc_per_node}", "--max-restarts=0", "--monitor-interval=0.5"]
+    if config.nnodes == 1:
+        ranks.append("--standalone")
+    else:
+        ranks += [
+            f"--nnodes={config.nnodes}",
+            f"--node-rank={config.node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={config.rdzv_endpoint}",
+            f"--rdzv-id={RDZV_ID}",
+        ]
+    return [sys.executable, "-P", "-m", "tracebank.train.launch", *ranks, "--module", *child[1:]]
+
+
+class ChildRun:
+    """One training child: start it, pump its events, stop it on timeout."""
+
+    def __init__(
+        self, run_id: str, writer: RunWriter | None, timeout: float | None, on_event: OnEvent
+    ) -> None:
+        self.run_id = run_id
+        #: None on a node other than 0 of a multi-node run: that node records nothing
+        self.writer = writer
+        self.log_path = Path()
+        self.timeout = timeout
+        self.deadline: float | None = None
+        self.on_event = on_event
+        self.metrics: list[dict[str, Any]] = []
+        self.result: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.timed_out = False
+        self.returncode: int | None = None
+
+    def run(self, command: list[str], events: Path, log_path: Path) -> None:
+        """Run ``command`` (the child, or torchrun starting one per rank) with its output in
+        ``log_path``, reading its events from the FIFO ``events`` until it ends."""
+        self.log_path = log_path
+        events.unlink(missing_ok=True)  # left by an attempt that was killed
+        os.mkfifo(events, 0o600)
+        # Opened before the child starts, so the child's open for writing never waits.
+        read_fd = os.open(events, os.O_RDONLY | os.O_NONBLOCK)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.deadline = time.monotonic() + self.timeout if self.timeout else None
+        try:
+            self._pump(proc, read_fd)
+            remaining = None if self.deadline is None else max(1.0, self.deadline - time.monotonic())
+            try:
+                self.returncode = proc.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                self.timed_out = True
+                self._kill(proc)
+                self.returncode = proc.wait()
+        except BaseException:
+            self._kill(proc)
+            raise
+        finally:
+            os.close(read_fd)
+            events.unlink(missing_ok=True)
+
+    def _pump(self, proc: subprocess.Popen[bytes], read_fd: int) -> None:
+        """Handle event lines until the writer closes the FIFO, the child ends, or time runs out."""
+        buffer, connected = b"", False
+        while True:
+            wait = 0.5 if self.deadline is None else max(0.0, min(0.5, self.deadline - time.monotonic()))
+            ready, _, _ = select.select([read_fd], [], [], wait)
+            chunk = os.read(read_fd, 1 << 16) if ready else b""
+            if chunk:
+                connected = True
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    self._handle(line)
+            elif ready and connected:
+                return  # the child closed its end: it is exiting
+            elif proc.poll() is not None:
+                return  # ended without (or before) writing
+            elif ready:
+                time.sleep(0.05)  # no writer yet, and this system reports that as readable
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                self.timed_out = True
+                self._kill(proc)
+                return
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes]) -> None:
+        """Stop the child and anything it started (its own process group)."""
+        if proc.poll() is not None:
+            return
+        for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _handle(self, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        kind = event.get("event")
+        if kind == "metric":
+            self.metrics.append(Metric.from_dict(event).to_dict())
+        elif kind == "done":
+            self.result = event
+        elif kind == "error":
+            self.error = event
+        if self.writer is not None:
+            self._record(kind, event, self.writer)
+        typed = event_from_dict({"run_id": self.run_id, **event})
+        if typed is not None:
+            self.on_event(typed)
+
+    @staticmethod
+    def _record(kind: str | None, event: dict[str, Any], writer: RunWriter) -> None:
+        """Write what an event changes into the run record and metrics.jsonl."""
+        record = writer.record
+        if kind == "loaded":
+            record.backend = event["backend"]
+            record.resolved = event["resolved"]
+            record.model.update(
+                {k: event[k] for k in ("trainable_params", "total_params", "trainable_percent")}
+            )
+            if event.get("note"):
+                record.model["note"] = event["note"]
+            writer.write()
+        elif kind == "metric":
+            writer.append_metric({**Metric.from_dict(event).to_dict(), "attempt": writer.attempt["attempt"]})
+        elif kind == "checkpoint":
+            writer.attempt["last_checkpoint"] = event["step"]
+            writer.write()
+
+    def failure(self) -> TrainError | None:
+        """The reason the run failed, or None when it succeeded."""
+        log = self.log_path
+        if self.timed_out:
+            return TrainError(
+                f"training timed out after {self.timeout:g}s and was stopped",
+                "raise --timeout, or lower --epochs / --max-steps",
+            )
+        if self.error is not None:
+            if self.error.get("kind") == "train":
+                cls = TrainConfigError if self.error.get("exit_code") == 2 else TrainError
+                return cls(self.error["message"], self.error.get("hint"))
+            return TrainError(f"training process failed: {self.error['message']}", f"traceback in {log}")
+        if self.returncode is not None and self.returncode < 0:
+            name = signal.Signals(-self.returncode).name
+            return TrainError(
+                f"training process was killed by {name}", f"out of memory? see {log} and the system log"
+            )
+        if self.returncode != 0 or self.result is None:
+            return TrainError(
+                f"training process exited with code {self.returncode} without a result", f"see {log}"
+            )
+        return None
