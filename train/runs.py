@@ -54,6 +54,27 @@ def run_details(wh: Warehouse, run_id: str) -> dict[str, Any]:
     return {**record.to_json(), "metrics": Storage(wh).run_metrics(folder)}
 
 
+def _attempt_lines(attempts: list[dict[str, Any]]) -> list[str]:
+    """One line per attempt of a resumed run (none for a run started once)."""
+    if len(attempts) < 2:
+        return []
+    lines = []
+    for attempt in attempts:
+        resumed, last, error = (
+            attempt.get("resumed_from_step"),
+            attempt.get("last_checkpoint"),
+            attempt.get("error"),
+        )
+        lines.append(
+            f"attempt {attempt.get('attempt')}  {attempt.get('status')}"
+            + (f" from the step-{resumed} checkpoint" if resumed is not None else "")
+            + f", {attempt.get('started_at')} -> {attempt.get('finished_at')}"
+            + (f", last checkpoint step {last}" if last else "")
+            + (f": {error}" if error else "")
+        )
+    return lines
+
+
 def format_run(details: dict[str, Any]) -> str:
     """A readable, stable text rendering of one run for the terminal."""
     summary = details.get("summary") or {}
@@ -112,6 +133,7 @@ def format_run(details: dict[str, Any]) -> str:
             f"tokens {summary.get('trained_tokens')}, {summary.get('tokens_per_s')} tokens/s, "
             f"wall {summary.get('wall_s')}s"
         )
+    lines += _attempt_lines(details.get("attempts") or [])
     best = details.get("best_checkpoint")
     if best:
         lines.append(

@@ -107,6 +107,10 @@ def test_a_killed_run_resumes_to_the_same_adapter(qa_wh, tiny_model, tmp_path, u
     assert second["resumed_from_step"] == steps[-1] and second["status"] == "succeeded"
     assert record.summary["steps"] == 24
     assert not scratch_dir(qa_wh, run_id).exists()  # a finished run's checkpoints are gone
+    shown = CliRunner().invoke(cli, ["-w", str(qa_wh.root), "runs", "show", run_id]).stdout.splitlines()
+    attempts = [line for line in shown if line.startswith("attempt ")]
+    assert attempts[0].startswith("attempt 1  failed, ") and "ended without finishing the run" in attempts[0]
+    assert attempts[1].startswith(f"attempt 2  succeeded from the step-{steps[-1]} checkpoint, ")
 
     # the losses after the checkpoint were trained again: the resumed attempt's equal the reference's
     metrics = _metrics(qa_wh, run_id)
