@@ -134,3 +134,33 @@ def test_resume_refuses_a_succeeded_run_and_new_settings(qa_wh, uninterrupted):
     changed = runner.invoke(cli, ["-w", str(qa_wh.root), "train", "--resume", reference_id, "--lr", "1"])
     assert changed.exit_code == 2 and "--lr cannot change them" in changed.output
     assert len(changed.output.strip().splitlines()) == 1
+
+
+def test_a_sigtermed_run_keeps_only_its_checkpoints_until_gc(qa_wh, tiny_model, tmp_path):
+    """Preemption (SIGTERM): the run is recorded failed and keeps its whole checkpoints for --resume,
+    nothing else of its scratch; `tracebank gc` then removes them with the rest of a dead run."""
+    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    proc = subprocess.Popen(
+        _train_command(qa_wh, tiny_model, tmp_path / "adapter"),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 300
+    run_id = None
+    while run_id is None and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        for folder, record in catalog.runs(qa_wh):
+            if folder.name not in before and (record.attempts[-1].get("last_checkpoint") or 0) >= 2:
+                run_id = folder.name
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 143
+    _, record = catalog.resolve_run(qa_wh, run_id)
+    assert record.status == "failed" and record.error == "interrupted by SIGTERM"
+    scratch = scratch_dir(qa_wh, run_id)
+    assert [p.name for p in scratch.iterdir()] == ["checkpoints"] and complete_checkpoints(scratch)
+    swept = CliRunner().invoke(cli, ["-w", str(qa_wh.root), "gc"])
+    assert swept.exit_code == 0, swept.output
+    assert not scratch.exists()
