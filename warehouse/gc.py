@@ -132,12 +132,16 @@ def _settle_runs(wh: Warehouse, sweep: _Sweeper, min_age_s: float) -> set[str]:
 def _sweep_run_leftovers(
     wh: Warehouse, run_id: str, output_dir: str, sweep: _Sweeper, min_age_s: float
 ) -> None:
-    """A finished or dead run's scratch, staging model, half-replaced old output and claim."""
+    """A finished or dead run's scratch, staging model, half-replaced old output and claim. The
+    scratch holds a failed run's checkpoints (what `train --resume` continues from): it goes only
+    once it is older than ``min_age_s``, like every other leftover a writer may still want."""
     out = Path(output_dir)
     sweep.remove_path(layout.staging_dir(out, run_id))
     for old in out.parent.glob(f".{out.name}.old-*") if out.parent.is_dir() else ():
         sweep.remove_path(old)
-    sweep.remove_path(wh.root / layout.scratch_key(run_id))
+    scratch = wh.root / layout.scratch_key(run_id)
+    if _age_s(scratch, time.time()) >= min_age_s:
+        sweep.remove_path(scratch)
 
 
 def _sweep_tmp(wh: Warehouse, running: set[str], sweep: _Sweeper, now: float, min_age_s: float) -> None:

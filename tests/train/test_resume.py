@@ -138,7 +138,7 @@ def test_resume_refuses_a_succeeded_run_and_new_settings(qa_wh, uninterrupted):
 
 def test_a_sigtermed_run_keeps_only_its_checkpoints_until_gc(qa_wh, tiny_model, tmp_path):
     """Preemption (SIGTERM): the run is recorded failed and keeps its whole checkpoints for --resume,
-    nothing else of its scratch; `tracebank gc` then removes them with the rest of a dead run."""
+    nothing else of its scratch; `tracebank gc` removes them with the rest of a dead run once they are older than its --min-age."""
     before = {folder.name for folder, _ in catalog.runs(qa_wh)}
     proc = subprocess.Popen(
         _train_command(qa_wh, tiny_model, tmp_path / "adapter"),
@@ -161,6 +161,8 @@ def test_a_sigtermed_run_keeps_only_its_checkpoints_until_gc(qa_wh, tiny_model, 
     assert record.status == "failed" and record.error == "interrupted by SIGTERM"
     scratch = scratch_dir(qa_wh, run_id)
     assert [p.name for p in scratch.iterdir()] == ["checkpoints"] and complete_checkpoints(scratch)
-    swept = CliRunner().invoke(cli, ["-w", str(qa_wh.root), "gc"])
+    kept = CliRunner().invoke(cli, ["-w", str(qa_wh.root), "gc"])  # young: `train --resume` may want it
+    assert kept.exit_code == 0 and complete_checkpoints(scratch), kept.output
+    swept = CliRunner().invoke(cli, ["-w", str(qa_wh.root), "gc", "--min-age", "0"])
     assert swept.exit_code == 0, swept.output
     assert not scratch.exists()
