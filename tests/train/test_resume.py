@@ -138,7 +138,8 @@ def test_resume_refuses_a_succeeded_run_and_new_settings(qa_wh, uninterrupted):
 
 def test_a_sigtermed_run_keeps_only_its_checkpoints_until_gc(qa_wh, tiny_model, tmp_path):
     """Preemption (SIGTERM): the run is recorded failed and keeps its whole checkpoints for --resume,
-    nothing else of its scratch; `tracebank gc` removes them with the rest of a dead run once they are older than its --min-age."""
+    nothing else of its scratch; `tracebank gc` removes them with the rest of a dead run once they
+    are older than its --min-age."""
     before = {folder.name for folder, _ in catalog.runs(qa_wh)}
     proc = subprocess.Popen(
         _train_command(qa_wh, tiny_model, tmp_path / "adapter"),
