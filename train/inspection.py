@@ -17,6 +17,7 @@ from tracebank.train.errors import TrainError
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import check_sizes, read_table
+from tracebank.warehouse.text import visible
 
 DIM, BOLD_GREEN, RESET = "\x1b[2m", "\x1b[1;32m", "\x1b[0m"
 
@@ -34,8 +35,11 @@ def _segments(input_ids: list[int], labels: list[int]) -> list[tuple[bool, list[
 
 
 def render_row(segments: list[tuple[bool, str]], color: bool) -> str:
+    """A row's decoded text, trained parts marked; text a model or tool wrote is shown with its
+    control characters made visible, so it cannot drive the terminal (issue 18)."""
     parts = []
-    for trained, text in segments:
+    for trained, raw in segments:
+        text = visible(raw)
         if color:
             parts.append(f"{BOLD_GREEN if trained else DIM}{text}{RESET}")
         else:

@@ -21,3 +21,13 @@ def test_few_distinct_values_get_one_line_each():
         "  0.5 | ######################################## 2",
         "    1 | #################### 1",
     ]
+
+
+def test_inspect_shows_control_characters_of_trace_text_visibly():
+    """Decoded rows are text a model or tool wrote: an escape sequence must not reach the terminal."""
+    from tracebank.train.inspection import render_row
+
+    for color in (False, True):
+        out = render_row([(False, "a\x1b]0;title\x07b\x1b[2J"), (True, "c\rd\n")], color=color)
+        hostile = {"\x07", "\r"} | ({"\x1b"} if not color else set())
+        assert not hostile & set(out) and "␛]0;title␇" in out and "\n" in out
