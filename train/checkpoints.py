@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracebank.warehouse.layout import scratch_key
+from tracebank.warehouse.layout import CHECKPOINT_COMPLETE, CHECKPOINTS, scratch_key
 from tracebank.warehouse.location import Warehouse
 
 #: Marker file the training child writes last into a finished checkpoint.
-COMPLETE = "tracebank-complete"
+COMPLETE = CHECKPOINT_COMPLETE
 PREFIX = "checkpoint-"
 
 
@@ -25,7 +25,7 @@ def run_scratch(wh: Warehouse, run_id: str) -> Path:
 
 def checkpoints_dir(scratch: Path) -> Path:
     """Where the trainer writes its checkpoints inside a run's scratch folder."""
-    return scratch / "checkpoints"
+    return scratch / CHECKPOINTS
 
 
 def mark_complete(folder: Path) -> None:

@@ -140,8 +140,13 @@ def _sweep_run_leftovers(
     for old in out.parent.glob(f".{out.name}.old-*") if out.parent.is_dir() else ():
         sweep.remove_path(old)
     scratch = wh.root / layout.scratch_key(run_id)
-    if _age_s(scratch, time.time()) >= min_age_s:
+    if not _resumable(scratch) or _age_s(scratch, time.time()) >= min_age_s:
         sweep.remove_path(scratch)
+
+
+def _resumable(scratch: Path) -> bool:
+    """Whether a run's scratch holds a finished checkpoint (what `train --resume` continues from)."""
+    return any((scratch / layout.CHECKPOINTS).glob(f"*/{layout.CHECKPOINT_COMPLETE}"))
 
 
 def _sweep_tmp(wh: Warehouse, running: set[str], sweep: _Sweeper, now: float, min_age_s: float) -> None:

@@ -169,6 +169,11 @@ def scratch_key(run_id: str) -> str:
     return f"{TMP}/train-{validate_name(run_id, 'run id')}"
 
 
+#: Inside a run's scratch: the trainer's checkpoints, each finished one marked by CHECKPOINT_COMPLETE.
+CHECKPOINTS = "checkpoints"
+CHECKPOINT_COMPLETE = "tracebank-complete"
+
+
 def staging_dir(output: Path, run_id: str) -> Path:
     """Where train writes a run's model before moving it to ``output`` (beside it, same file system)."""
     return output.parent / f".{output.name}{TMP_MARK}{run_id}"
