@@ -250,10 +250,10 @@ def connect(address: str | None) -> None:
         raise TransformUsageError(
             "--engine ray needs Ray", "install it with `pip install 'tracebank[ray]'`"
         ) from exc
-    if ray.is_initialized():
-        return
     address = address or os.environ.get("RAY_ADDRESS") or None
     probe(address)  # ray.init waits minutes on an address where nothing listens
+    if ray.is_initialized():
+        return
     try:
         ray.init(address=address, logging_level=logging.ERROR)
     except (ConnectionError, RuntimeError, ValueError) as exc:
