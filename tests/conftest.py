@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -77,9 +78,13 @@ def s3_endpoint(tmp_path_factory):
 
 @pytest.fixture
 def s3_bucket(s3_endpoint, request):
-    """A fresh bucket of this test's own on the session's S3 server."""
+    """A fresh bucket of this test's own on the session's S3 server; this machine's mirrors of it
+    (in the user's cache, where the CLI keeps them) are removed afterwards."""
+    from tracebank.warehouse.layout import mirror_folder
+
     from tests.fixtures.s3_server import make_bucket
 
     name = "tb-" + uuid.uuid4().hex[:12]
     make_bucket(s3_endpoint, name)
-    return name
+    yield name
+    shutil.rmtree(mirror_folder(f"s3://{name}"), ignore_errors=True)

@@ -18,7 +18,6 @@ attempt of the same run (one record, one entry per attempt in ``attempts``).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -32,7 +31,7 @@ from tracebank.train.config import TrainConfig
 from tracebank.train.dataset import DatasetVersion, open_version, verify
 from tracebank.train.errors import TrainConfigError, TrainError
 from tracebank.train.hub import resolve_base_model
-from tracebank.train.model_card import PROVENANCE_FILE, write_model_card, written_by_train
+from tracebank.train.model_card import write_model_card, written_by_train
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
 from tracebank.train.supervisor import ChildRun, child_command
 from tracebank.warehouse import catalog
@@ -40,34 +39,25 @@ from tracebank.warehouse.claims import Claim, Owner, output_claim, release, try_
 from tracebank.warehouse.errors import TracebankError
 from tracebank.warehouse.layout import staging_dir
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.outputs import OutputGuard
 from tracebank.warehouse.storage import Storage, settle_run
 
 from tracebank.events import OnEvent, RunChecked, RunFinished, RunStarted
 
 
-def _check_output(output: Path, overwrite: bool, wh: Warehouse) -> None:
-    """Refuse an --output that is, holds or lies inside the warehouse, and an --overwrite of a
-    folder that train did not write (no tracebank.json naming a run): nothing else is ever deleted."""
-    root = wh.root.resolve()
-    if output == root or root in output.parents or output in root.parents:
-        where = "is" if output == root else ("is inside" if root in output.parents else "contains")
-        raise TrainConfigError(
-            f"--output {output} {where} the warehouse {root}", "pick a model folder outside the warehouse"
-        )
-    if output.exists() and not output.is_dir():
-        raise TrainConfigError(f"output {output} is a file", "pass --output a folder path")
-    if output.is_dir() and any(output.iterdir()):
-        if not overwrite:
-            raise TrainConfigError(
-                f"output folder {output} is not empty",
-                "pick a new --output, or pass --overwrite to replace it",
-            )
-        if not written_by_train(output):
-            raise TrainConfigError(
-                f"output folder {output} was not written by tracebank train (no {PROVENANCE_FILE}); "
-                "--overwrite replaces only a model folder train wrote",
-                "pick a new --output, or move that folder away yourself",
-            )
+def _output_guard(wh: Warehouse, output: Path, overwrite: bool) -> OutputGuard:
+    """--output through the one output guard (`warehouse/outputs.py`): never the warehouse, inside
+    it or above it; never a file; --overwrite replaces only a model folder train wrote (its
+    tracebank.json names a run), and the old folder is removed only once the new one is there."""
+    return OutputGuard(
+        output,
+        kind="folder",
+        warehouse_root=wh.root,
+        command="train",
+        overwrite=overwrite,
+        overwrite_flag="--overwrite",
+        owned=written_by_train,
+    )
 
 
 def _claim_output(wh: Warehouse, output: Path, owner: Owner) -> Claim:
@@ -80,17 +70,6 @@ def _claim_output(wh: Warehouse, output: Path, owner: Owner) -> Claim:
             "wait for that run to end, or pick another --output",
         )
     return path
-
-
-def _publish(staging: Path, output: Path) -> None:
-    """Move the finished model into place; an old output is removed only once the new one exists."""
-    old = None
-    if output.exists():
-        old = output.with_name(f".{output.name}.old-{os.getpid()}")
-        os.replace(output, old)
-    os.replace(staging, output)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _spec(
@@ -144,7 +123,7 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
     version = open_version(wh, config.dataset)
     output = Path(config.output).expanduser().resolve()
     base = resolve_base_model(config.base_model)
-    _check_output(output, config.overwrite, wh)
+    _output_guard(wh, output, config.overwrite).check()
     run_id = new_run_id(version.ref.name)
     record = RunRecord(
         run_id=run_id,
@@ -216,7 +195,7 @@ def resume(wh: Warehouse, run_id: str, on_event: OnEvent | None = None) -> RunRe
             "it ran without --save-steps or stopped before its first checkpoint; start a new run",
         )
     output = Path(record.output_dir)
-    _check_output(output, config.overwrite, wh)
+    _output_guard(wh, output, config.overwrite).check()
     if record.attempts and record.attempts[-1]["status"] == "running":  # killed: nobody wrote its end
         record.attempts[-1].update(status="failed", error=record.error)
     record.status, record.error, record.finished_at = "running", None, None
@@ -232,7 +211,8 @@ def _attempt(wh: Warehouse, run: _Run, emit: OnEvent) -> RunRecord:
     record.owner = owner.to_dict()
     claim = _claim_output(wh, run.output, owner)
     try:
-        _check_output(run.output, config.overwrite, wh)  # again: another run may have published meanwhile
+        # again: another run may have published meanwhile
+        _output_guard(wh, run.output, config.overwrite).check()
         writer = RunWriter(wh, record, resumed_from_step=run.resume_from[0] if run.resume_from else None)
     except BaseException:
         release(claim, owner)
@@ -343,7 +323,7 @@ def _train_and_publish(
     if failure is not None:
         raise failure
     write_model_card(staging, record)  # provenance travels with the model folder, and marks it
-    _publish(staging, run.output)
+    _output_guard(wh, run.output, run.config.overwrite).publish(staging)
 
 
 def _earlier_metrics(wh: Warehouse, run: _Run) -> list[dict[str, Any]]:

@@ -20,8 +20,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "tracebank.warehouse.location": ("Warehouse",),
         "tracebank.warehouse.query": (
+            "ResultRows",
             "connect",
             "run_sql",
+            "sql_rows",
         ),
         "tracebank.warehouse.records": (
             "CollectionManifest",

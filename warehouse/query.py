@@ -10,19 +10,25 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
-import pyarrow as pa
-from tracebank.warehouse import catalog, schemas
+from tracebank.warehouse import catalog, columns
+from tracebank.warehouse.columns import Columns
 from tracebank.warehouse.contract import SILVER_VERSION
+from tracebank.warehouse.ducktables import create_table, typed_column
 from tracebank.warehouse.errors import CorruptFileError, QueryError, TracebankError, warn_damage
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry, Manifest
 from tracebank.warehouse.storage import Storage, entry_paths
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+T = TypeVar("T")
 
 #: How much memory one SQL connection may use before DuckDB spills or fails (one line, not an OOM).
 DEFAULT_MEMORY_LIMIT = "2GB"
@@ -90,11 +96,11 @@ def _select_all(name: str) -> str:
     return "SELECT * REPLACE (" + ", ".join(f"to_timestamp({c}) AS {c}" for c in times) + ")"
 
 
-def _view_over_files(con: duckdb.DuckDBPyConnection, name: str, files: list[Path], schema: pa.Schema) -> None:
+def _view_over_files(con: duckdb.DuckDBPyConnection, name: str, files: list[Path], cols: Columns) -> None:
     """A view over ``files``; a file DuckDB cannot read turns only this table into one that
     fails, naming the file, when it is read (the other tables stay readable)."""
     if not files:
-        _view_over_arrow(con, name, schema.empty_table())
+        _view_over_columns(con, name, cols)
         return
     try:
         con.execute(
@@ -102,21 +108,21 @@ def _view_over_files(con: duckdb.DuckDBPyConnection, name: str, files: list[Path
             f"FROM read_parquet({_sql_list(files)}, union_by_name = true)"
         )
     except duckdb.Error as exc:
-        _damaged_view(con, name, schema, [f"unreadable Parquet file: {_first_line(exc)}"])
+        _damaged_view(con, name, cols, [f"unreadable Parquet file: {_first_line(exc)}"])
 
 
-def _internal_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> str:
-    """Copy ``table`` into the internal schema (small: catalog rows, file lists); its full name."""
-    con.register("_incoming", table)
-    try:
-        con.execute(f"CREATE TABLE {INTERNAL}.{name} AS SELECT * FROM _incoming")
-    finally:
-        con.unregister("_incoming")
+def _internal_table(
+    con: duckdb.DuckDBPyConnection, name: str, cols: Columns, values: Sequence[Sequence[Any]] = ()
+) -> str:
+    """A small table (catalog rows, file lists) in the internal schema; its full name."""
+    create_table(con, f"{INTERNAL}.{name}", cols, values)
     return f"{INTERNAL}.{name}"
 
 
-def _view_over_arrow(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
-    source = _internal_table(con, name, table)
+def _view_over_columns(
+    con: duckdb.DuckDBPyConnection, name: str, cols: Columns, values: Sequence[Sequence[Any]] = ()
+) -> None:
+    source = _internal_table(con, name, cols, values)
     con.execute(f"CREATE VIEW {name} AS {_select_all(name)} FROM {source}")
 
 
@@ -155,20 +161,18 @@ def _file_problem(folder: Path, entry: FileEntry, check: bool) -> str | None:
     return None
 
 
-def _damaged_view(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema, problems: list[str]) -> None:
+def _damaged_view(con: duckdb.DuckDBPyConnection, name: str, cols: Columns, problems: list[str]) -> None:
     """A view of the table's columns that fails, naming the damaged file, when it is read."""
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     message = f"table {name}: {problems[0]}{more}".replace("'", "''")
-    columns = _internal_table(con, f"{name}_columns", schema.empty_table())
+    columns = _internal_table(con, f"{name}_columns", cols)
     con.execute(
         f"CREATE VIEW {name} AS SELECT c.* FROM (SELECT 1 AS one WHERE error('{message}')) t "
         f"LEFT JOIN {columns} c ON true"
     )
 
 
-_DATASET_ROWS_EMPTY = pa.schema(
-    [("dataset", pa.string()), ("version", pa.int64()), ("split", pa.string()), *schemas.DATASET_ROWS]
-)
+_VERSION_TAGS: Columns = (("dataset", "string"), ("version", "int64"), ("split", "string"))
 #: Views over other views: reading one reads these.
 _DEPENDS = {"rollout_rewards": {"attempts", "rewards"}}
 
@@ -203,29 +207,17 @@ class _VersionedTable:
     view: str
     table: str
     label: str
-    empty: pa.Schema
+    empty: Columns
 
 
 _VERSIONED = (
-    _VersionedTable("dataset_rows", "dataset_rows", "dataset", _DATASET_ROWS_EMPTY),
-    _VersionedTable(
-        "preference_rows",
-        "preference_rows",
-        "dataset",
-        pa.schema(
-            [
-                ("dataset", pa.string()),
-                ("version", pa.int64()),
-                ("split", pa.string()),
-                *schemas.PREFERENCE_ROWS,
-            ]
-        ),
-    ),
+    _VersionedTable("dataset_rows", "dataset_rows", "dataset", _VERSION_TAGS + columns.DATASET_ROWS),
+    _VersionedTable("preference_rows", "preference_rows", "dataset", _VERSION_TAGS + columns.PREFERENCE_ROWS),
     _VersionedTable(
         "reward_scores",
         "reward_scores",
         "layer",
-        pa.schema([("layer", pa.string()), ("version", pa.int64()), *schemas.REWARD_SCORES]),
+        (("layer", "string"), ("version", "int64"), *columns.REWARD_SCORES),
     ),
 )
 
@@ -241,7 +233,7 @@ def _versioned_view(
 ) -> list[str]:
     """Create the view ``spec`` names; the files it reads."""
     keys: dict[str, list[Any]] = {"filename": [], spec.label: [], "version": []}
-    if "split" in spec.empty.names:
+    if "split" in dict(spec.empty):
         keys["split"] = []
     problems: list[str] = []
     for name, folder, manifest in _versions_of(wh, spec):
@@ -260,9 +252,11 @@ def _versioned_view(
         _damaged_view(con, spec.view, spec.empty, problems)
         return []
     if not keys["filename"]:
-        _view_over_arrow(con, spec.view, spec.empty.empty_table())
+        _view_over_columns(con, spec.view, spec.empty)
         return []
-    files = _internal_table(con, f"{spec.view}_files", pa.table(keys))
+    key_types = {"filename": "string", spec.label: "string", "version": "int64", "split": "string"}
+    declared = tuple((k, key_types[k]) for k in keys)
+    files = _internal_table(con, f"{spec.view}_files", declared, list(keys.values()))
     tags = ", ".join(f"f.{k}" for k in keys if k != "filename")
     try:
         con.execute(
@@ -289,10 +283,10 @@ def _catalog_view(
     con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, Any]], keep: tuple[str, ...]
 ) -> None:
     flat = [_flatten(r, keep) for r in rows]
-    cols = list(keep) + ["record"]
-    arrays = {c: [r.get(c) for r in flat] for c in cols}
-    table = pa.table({c: pa.array([], pa.string()) for c in cols}) if not flat else pa.table(arrays)
-    _view_over_arrow(con, name, table)
+    cols = [*keep, "record"]
+    typed = [typed_column([r.get(c) for r in flat]) for c in cols]
+    declared = tuple((c, notation) for c, (notation, _) in zip(cols, typed, strict=True))
+    _view_over_columns(con, name, declared, [values for _, values in typed])
 
 
 COLLECTION_KEYS = ("collection_id", "created_at", "tag", "store_url", "counts", "seconds")
@@ -334,21 +328,19 @@ def _run_metrics_view(con: duckdb.DuckDBPyConnection, wh: Warehouse) -> None:
                     **{name: event.get(name) for name in _DPO_METRICS},
                 }
             )
-    schema = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("step", pa.int64()),
-            ("epoch", pa.float64()),
-            ("split", pa.string()),
-            ("loss", pa.float64()),
-            ("learning_rate", pa.float64()),
-            ("grad_norm", pa.float64()),
-            ("tokens", pa.int64()),
-            ("time", pa.float64()),
-            *((name, pa.float64()) for name in _DPO_METRICS),
-        ]
+    cols: Columns = (
+        ("run_id", "string"),
+        ("step", "int64"),
+        ("epoch", "float64"),
+        ("split", "string"),
+        ("loss", "float64"),
+        ("learning_rate", "float64"),
+        ("grad_norm", "float64"),
+        ("tokens", "int64"),
+        ("time", "float64"),
+        *((name, "float64") for name in _DPO_METRICS),
     )
-    _view_over_arrow(con, "run_metrics", pa.Table.from_pylist(rows, schema=schema))
+    _view_over_columns(con, "run_metrics", cols, [[row[name] for row in rows] for name, _ in cols])
 
 
 def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> duckdb.DuckDBPyConnection:
@@ -373,17 +365,17 @@ def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> 
     caches = [(folder, m) for folder, m in catalog.silver_caches(wh) if folder.name in collection_ids]
     _warn_missing_silver(collection_ids, caches, only)
     silver = _files_by_table(caches, check, damaged, only)
-    for name, schema in (*schemas.BRONZE.items(), *schemas.SILVER.items()):
+    for name, cols in (*columns.BRONZE.items(), *columns.SILVER.items()):
         if name in damaged:
-            _damaged_view(con, name, schema, damaged[name])
+            _damaged_view(con, name, cols, damaged[name])
         else:
-            _view_over_files(con, name, (bronze if name in schemas.BRONZE else silver).get(name, []), schema)
+            _view_over_files(con, name, (bronze if name in columns.BRONZE else silver).get(name, []), cols)
     gold = []
     for spec in _VERSIONED:
         if only is None or spec.view in only:
             gold += _versioned_view(con, wh, spec, check)
         else:
-            _view_over_arrow(con, spec.view, spec.empty.empty_table())
+            _view_over_columns(con, spec.view, spec.empty)
     _catalog_view(con, "collections", [m.to_json() for _, m in collections], COLLECTION_KEYS)
     _catalog_view(con, "datasets", [m.to_json() for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)
     _catalog_view(con, "runs", [r.to_json() for _, r in catalog.runs(wh)], RUN_KEYS)
@@ -399,7 +391,7 @@ def _warn_missing_silver(
 ) -> None:
     """Say which committed collections the silver tables leave out (never built, or built by
     another SILVER_VERSION), instead of letting them read as zero rows."""
-    if only is not None and not only & set(schemas.SILVER):
+    if only is not None and not only & set(columns.SILVER):
         return
     current = {folder.name for folder, m in caches if getattr(m, "silver_version", None) == SILVER_VERSION}
     missing = sorted(collection_ids - current)
@@ -528,16 +520,51 @@ def duckdb_error(exc: duckdb.Error) -> TracebankError:
     return QueryError(f"query failed: {message}")
 
 
+@dataclass(frozen=True)
+class ResultRows:
+    """A statement's result as Python values, which is all `tracebank sql` prints: building it
+    needs no pyarrow (0.1-0.15 s of a fresh process's start). Quacks like the parts of a
+    ``pyarrow.Table`` the printers use."""
+
+    column_names: list[str]
+    rows: list[tuple[Any, ...]]
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+    def slice(self, offset: int = 0, length: int | None = None) -> ResultRows:
+        end = None if length is None else offset + length
+        return ResultRows(self.column_names, self.rows[offset:end])
+
+    def to_pylist(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.column_names, row, strict=True)) for row in self.rows]
+
+
+def _run(
+    wh: Warehouse,
+    sql: str,
+    params: Sequence[Any] | Mapping[str, Any] | None,
+    fetch: Callable[[duckdb.DuckDBPyRelation], T],
+) -> T:
+    ensure_read_only(sql)
+    con = connect(wh, only=tables_read(sql))
+    try:
+        return fetch(con.sql(sql, params=params))
+    except duckdb.Error as exc:
+        raise duckdb_error(exc) from exc
+    finally:
+        con.close()
+
+
 def run_sql(wh: Warehouse, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
     """Run a read-only statement over the warehouse views and return the result.
 
     ``params`` fill ``?`` / ``$name`` placeholders (DuckDB binds them: values never become SQL).
     """
-    ensure_read_only(sql)
-    con = connect(wh, only=tables_read(sql))
-    try:
-        return con.sql(sql, params=params).to_arrow_table()
-    except duckdb.Error as exc:
-        raise duckdb_error(exc) from exc
-    finally:
-        con.close()
+    return _run(wh, sql, params, lambda rel: rel.to_arrow_table())
+
+
+def sql_rows(wh: Warehouse, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> ResultRows:
+    """:func:`run_sql` as Python values, without importing pyarrow (what `tracebank sql` prints)."""
+    return _run(wh, sql, params, lambda rel: ResultRows(list(rel.columns), rel.fetchall()))

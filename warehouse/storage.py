@@ -22,11 +22,9 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from tracebank.warehouse import commit, layout, schemas
+from tracebank.warehouse import commit, layout
 from tracebank.warehouse.atomic import atomic_path, json_bytes, sha256_file
 from tracebank.warehouse.bytestore import ByteStore
 from tracebank.warehouse.claims import Owner
@@ -42,6 +40,10 @@ from tracebank.warehouse.records import (
     RunRecord,
     SilverManifest,
 )
+
+if TYPE_CHECKING:  # pyarrow is imported where Parquet is first read or written: `sql` never needs it
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 M = TypeVar("M", bound=Manifest)
 
@@ -147,6 +149,9 @@ def read_table(
     paths: list[Path], columns: list[str] | None = None, schema: pa.Schema | None = None
 ) -> pa.Table:
     """Committed Parquet files as one table (cast to ``schema`` when given); a damaged file is named."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     if not paths:
         if schema is None:
             raise WarehouseError("no files to read")
@@ -163,6 +168,9 @@ def read_table(
 
 def iter_batches(paths: list[Path], columns: list[str], batch_size: int = 512) -> Iterator[pa.RecordBatch]:
     """The rows of committed Parquet files, batch by batch (memory: a few batches)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     for path in paths:
         try:
             parquet = pq.ParquetFile(path, page_checksum_verification=True)
@@ -179,6 +187,9 @@ def parquet_scan_sql(path: Path, row_number: bool = False) -> str:
 
 def encode_parquet(table: pa.Table, **options: Any) -> pa.Buffer:
     """``table`` as Parquet bytes in memory, to hash and commit with :meth:`Storage.write_buffer`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     sink = pa.BufferOutputStream()
     options.setdefault("write_page_checksum", True)  # CRCs that the readers verify
     pq.write_table(table, sink, **options)
@@ -290,6 +301,8 @@ class Storage:
 
     def silver_table(self, collection_id: str, table: str, columns: list[str] | None = None) -> pa.Table:
         """One table of a current silver cache (see :meth:`current_silver`; the caller checked it)."""
+        from tracebank.warehouse import schemas
+
         try:
             files = self._current_silver_files(collection_id, table)
             if not files:
@@ -330,6 +343,8 @@ class Storage:
 
     def reward_scores(self, folder: Path, manifest: RewardLayerManifest) -> pa.Table:
         """The scores a committed reward layer holds."""
+        from tracebank.warehouse import schemas
+
         return read_table(files_of(folder, manifest), schema=schemas.REWARD_SCORES)
 
     def run_ids(self) -> list[str]:
@@ -380,6 +395,8 @@ class Storage:
         self, folder: Path, name: str, table: pa.Table, table_name: str, **options: Any
     ) -> FileEntry:
         """Write ``table`` as ``folder/name`` (not yet visible: no manifest lists it)."""
+        import pyarrow.parquet as pq
+
         options.setdefault("compression", "zstd")
         options.setdefault("write_page_checksum", True)  # CRCs that the readers verify
         path = self.wh.path(f"{self.wh.key(folder)}/{name}")
@@ -404,6 +421,8 @@ class Storage:
         The file is hashed as it is written and renamed into place when the block
         ends without an error; ``stream.entry`` is then its manifest entry.
         """
+        import pyarrow.parquet as pq
+
         options.setdefault("write_page_checksum", True)  # CRCs that the readers verify
         with atomic_path(self.wh.path(f"{self.wh.key(folder)}/{name}")) as tmp, open(tmp, "wb") as fh:
             sink = _HashingFile(fh)

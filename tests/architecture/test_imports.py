@@ -183,9 +183,9 @@ def test_data_io_outside_the_warehouse_is_detected(tmp_path):
 # -- no import circles anywhere; layers inside warehouse/ -------------------------------------------
 #: warehouse/'s modules, lowest layer first: a module imports only modules of lower layers.
 WAREHOUSE_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "contract", "memory", "arrowutil", "schemas", "text"),
-    ("records", "layout", "bronze", "outputs"),
-    ("atomic",),
+    ("errors", "contract", "memory", "arrowutil", "columns", "text"),
+    ("schemas", "ducktables", "records", "layout", "outputs"),
+    ("bronze", "atomic"),
     ("bytestore",),
     ("s3store", "mirror"),
     ("location",),

@@ -119,6 +119,29 @@ def test_every_command_is_routed_to_the_module_that_defines_it():
     assert defined == COMMAND_MODULES
 
 
+@pytest.mark.parametrize("limit", [45, 80, 10_000])
+def test_the_help_summaries_are_the_commands_own(limit):
+    """`tracebank --help` lists each command with the summary click takes from its docstring,
+    cut at the same width, although it imports no command module to do so."""
+    from tracebank.cli.main import COMMAND_SUMMARIES
+
+    group = cli
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
+        summary = click.Command(name, help=COMMAND_SUMMARIES[name]).get_short_help_str(limit)
+        assert summary == command.get_short_help_str(limit), name
+
+
+def test_top_level_help_lists_every_command():
+    out = CliRunner().invoke(cli, ["--help"], terminal_width=100)
+    assert out.exit_code == 0
+    listed = out.output.split("Commands:\n", 1)[1]
+    names = [line.split()[0] for line in listed.splitlines() if line.strip()]
+    assert names == sorted(cli.list_commands(click.Context(cli)))
+
+
 BAD_NUMBERS = [
     (["transform", "--dataset", "d", "--max-length", "99999999999999999999999"], "--max-length", "64 bits"),
     (["transform", "--dataset", "d", "--per-task", "-99999999999999999999999"], "--per-task", "64 bits"),

@@ -174,3 +174,21 @@ def test_ctrl_c_and_sigterm_end_a_long_query_in_one_line(filled, signum, code, l
         proc.kill()
     assert proc.returncode == code and err == line, err[-2000:]
     assert time.monotonic() - started < 10
+
+
+def test_sql_imports_neither_pyarrow_nor_pandas(filled):
+    """`tracebank sql` builds its views and prints its result from DuckDB alone: pyarrow, numpy and
+    pandas (0.1-0.5 s of a fresh process's start) stay unimported, and the answer is still right."""
+    probe = (
+        "import sys\n"
+        "from tracebank.cli.main import cli\n"
+        "try:\n"
+        f"    cli(['-w', {str(filled.root)!r}, 'sql', 'SELECT count(*) AS n FROM spans', '--format', 'json'],"
+        " prog_name='tracebank')\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('pyarrow', 'numpy', 'pandas', 'polars') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    *result, imported = out.stdout.strip().splitlines()
+    assert json.loads("\n".join(result)) == [{"n": 3}]
+    assert imported == "[]"

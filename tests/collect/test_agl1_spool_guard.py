@@ -67,6 +67,16 @@ BAD = {
 }
 
 
+def collect_cli(wh, spool):
+    """`tracebank collect --spool` as a user runs it: a fresh process, its output as text."""
+    return subprocess.run(
+        [*TRACEBANK, "--warehouse", str(wh.root), "collect", "--spool", str(spool)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_a_bad_spool_file_is_moved_aside_and_the_rest_committed(wh, tmp_path, name):
     text, reason = BAD[name]
@@ -89,12 +99,7 @@ def test_non_regular_files_are_refused_unopened_through_the_cli(wh, tmp_path):
     outside = tmp_path / "outside.json"
     outside.write_text(json.dumps(entry("linked")))
     (spool / "link.json").symlink_to(outside)
-    run = subprocess.run(
-        [*TRACEBANK, "--warehouse", str(wh.root), "collect", "--spool", str(spool)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = collect_cli(wh, spool)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("collected ") and " 2 new rollouts" in run.stdout
     warnings = [line for line in run.stderr.splitlines() if line.startswith("Warning: spool file")]
@@ -102,6 +107,20 @@ def test_non_regular_files_are_refused_unopened_through_the_cli(wh, tmp_path):
     assert sorted(p.name for p in (spool / REJECTED).iterdir()) == ["fifo.json", "folder.json", "link.json"]
     assert outside.read_text() == json.dumps(entry("linked"))  # the link was moved, not followed
     assert "Traceback" not in run.stderr
+
+
+def test_collect_shows_a_hostile_spool_file_name_with_its_control_characters_visible(wh, tmp_path):
+    """A spool file named with escape sequences (a title change, a screen clear) is named in
+    collect's warning with them made visible: nothing reaches the terminal raw."""
+    spool = tmp_path / "spool"
+    good_spool(spool)
+    hostile = "x\x1b]0;owned\x07\x1b[2J\r.json"
+    (spool / hostile).write_text("{not json")
+    run = collect_cli(wh, spool)
+    assert run.returncode == 0, run.stderr
+    (warning,) = [line for line in run.stderr.splitlines() if line.startswith("Warning: spool file")]
+    assert "x\u241b]0;owned\u2407\u241b[2J\u240d.json rejected: " in warning
+    assert not any(ch in run.stderr + run.stdout for ch in "\x1b\x07\r")
 
 
 JSON = st.recursive(

@@ -149,10 +149,10 @@ def test_bad_config_is_rejected_before_anything(wh, tmp_path, tiny_model):
 
 
 def test_non_empty_output_is_not_overwritten(wh, tmp_path, tiny_model):
-    from tracebank.train import TrainConfigError
+    from tracebank.warehouse.errors import UsageError
 
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
-    with pytest.raises(TrainConfigError, match="is not empty"):
+    with pytest.raises(UsageError, match="exists and was not written by tracebank train"):
         train(wh, _config(tmp_path, tiny_model))
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"

@@ -11,10 +11,11 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from tracebank.train import TrainConfig, TrainConfigError, TrainError, train
+from tracebank.train import TrainConfig, TrainError, train
 from tracebank.train.model_card import LEGACY_MARKER, PROVENANCE_FILE
 from tracebank.warehouse import catalog
 from tracebank.warehouse.claims import output_claim
+from tracebank.warehouse.errors import UsageError
 
 from tests.train import test_failures
 from tests.train.conftest import FAST
@@ -38,7 +39,7 @@ def test_train_output_the_warehouse_or_above_it_with_overwrite_deletes_nothing(
 ):
     output = {"the warehouse": wh.root, "above it": tmp_path, "inside it": wh.root / "datasets"}[where]
     before = _snapshot(tmp_path / "wh")
-    with pytest.raises(TrainConfigError, match="the warehouse") as err:
+    with pytest.raises(UsageError, match="the warehouse") as err:
         train(wh, _config(output, tiny_model, overwrite=True))
     assert "\n" not in err.value.one_line() and err.value.exit_code == 2
     assert _snapshot(tmp_path / "wh") == before
@@ -56,9 +57,8 @@ def test_overwrite_refuses_a_folder_tracebank_did_not_write(wh, tmp_path, tiny_m
     )
     assert out.exit_code == 2
     assert out.stderr == (
-        f"Error: output folder {mine} was not written by tracebank train (no {PROVENANCE_FILE}); "
-        "--overwrite replaces only a model folder train wrote "
-        "(pick a new --output, or move that folder away yourself)\n"
+        f"Error: {mine} exists and was not written by tracebank train (choose another path, or move "
+        "it away yourself; --overwrite replaces only what tracebank train wrote)\n"
     )
     assert (mine / "thesis.tex").read_text() == "years of work"
 

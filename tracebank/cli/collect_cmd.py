@@ -14,6 +14,7 @@ import click
 from click.core import ParameterSource
 
 from tracebank.cli.options import config_option, pass_warehouse
+from tracebank.cli.output import say
 from tracebank.collect.config import AGL1_STATUSES, VERSIONS, CollectConfig
 
 if TYPE_CHECKING:
@@ -176,16 +177,14 @@ def collect(
     if repair_duplicates:
         _repair(wh)
     with _progress_bar(sys.stderr.isatty()) as progress:
-        result = run_collect(
-            source, wh, config, progress=progress, on_wait=lambda note: click.echo(note, err=True)
-        )
+        result = run_collect(source, wh, config, progress=progress, on_wait=lambda note: say(note, err=True))
     for warning in result.warnings:
-        click.echo(f"Warning: {warning}", err=True)
-    click.echo(result.summary())
+        say(f"Warning: {warning}", err=True)
+    say(result.summary())
     if result.silver_rebuilt:
-        click.echo(f"silver: built the missing caches of {', '.join(result.silver_rebuilt)}")
+        say(f"silver: built the missing caches of {', '.join(result.silver_rebuilt)}")
     if result.silver is not None:
-        click.echo(f"silver: {silver_summary(result.silver)}")
+        say(f"silver: {silver_summary(result.silver)}")
 
 
 def _defaulted(param: str) -> bool:
@@ -212,10 +211,10 @@ def _repair(wh: Any) -> None:
     from tracebank.collect.batch import new_collection_id
     from tracebank.collect.repair import repair_duplicates
 
-    repaired = repair_duplicates(wh, new_collection_id, on_wait=lambda note: click.echo(note, err=True))
+    repaired = repair_duplicates(wh, new_collection_id, on_wait=lambda note: say(note, err=True))
     for old, new in repaired.replaced:
-        click.echo(f"repaired {old}: " + (f"replaced by {new}" if new else "held only duplicates, retired"))
-    click.echo(repaired.summary())
+        say(f"repaired {old}: " + (f"replaced by {new}" if new else "held only duplicates, retired"))
+    say(repaired.summary())
 
 
 def _rebuild(wh: Any, store_url: str | None, collections: tuple[str, ...]) -> None:
@@ -229,7 +228,7 @@ def _rebuild(wh: Any, store_url: str | None, collections: tuple[str, ...]) -> No
             "run the two commands one after the other",
         )
     for manifest in build_silver(wh, collections, force=True):
-        click.echo(f"silver of {manifest.collection_id}: {silver_summary(manifest)}")
+        say(f"silver of {manifest.collection_id}: {silver_summary(manifest)}")
 
 
 COMMANDS = [collect]

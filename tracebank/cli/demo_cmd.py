@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import config_option, pass_warehouse
-from tracebank.cli.output import render
+from tracebank.cli.output import render, say
 from tracebank.cli.progress import Progress, loss
 from tracebank.loop.config import (
     SERVERS,
@@ -250,12 +250,10 @@ def round_(
     finally:
         reporter.close()
     statuses = ", ".join(f"{n} {s}" for s, n in sorted(result.statuses.items()))
-    click.echo(
-        f"round done: {len(result.rollout_ids)} rollouts ({statuses}) in {result.seconds['total']:.0f}s"
-    )
+    say(f"round done: {len(result.rollout_ids)} rollouts ({statuses}) in {result.seconds['total']:.0f}s")
     if result.run is not None:
-        click.echo(_run_line(result.run))
-        click.echo(f"next round's model: {result.next_model}")
+        say(_run_line(result.run))
+        say(f"next round's model: {result.next_model}")
 
 
 COMMANDS = [demo, round_]

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import pass_warehouse
+from tracebank.cli.output import say
 from tracebank.warehouse.layout import DEFAULT_MIN_AGE_S
 
 
@@ -30,10 +31,10 @@ def gc(wh: Any, min_age_s: float, dry_run: bool) -> None:
 
     report = run_gc(wh, min_age_s=min_age_s, dry_run=dry_run)
     for run_id in report.runs_failed:
-        click.echo(f"run {run_id}: failed (process gone)")
+        say(f"run {run_id}: failed (process gone)")
     for path, size in report.removed:
-        click.echo(f"{'would remove' if dry_run else 'removed'} {path} ({size:,} bytes)")
-    click.echo(report.summary(dry_run))
+        say(f"{'would remove' if dry_run else 'removed'} {path} ({size:,} bytes)")
+    say(report.summary(dry_run))
 
 
 COMMANDS = [gc]

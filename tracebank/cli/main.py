@@ -27,8 +27,10 @@ from tracebank.warehouse.text import visible
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
-#: The module that defines each command: imported only when that command runs (or for --help),
-#: so a command pays for no other command's stage at start-up.
+#: The module that defines each command, and the one-line summary `tracebank --help` lists for
+#: it: the module is imported only when that command runs (or shows its own help), so neither a
+#: command nor the top-level help pays for every command's stage at start-up. A test keeps each
+#: summary equal to the one click takes from the command's docstring.
 COMMAND_MODULES = {
     "collect": "collect_cmd",
     "datasets": "transform_cmd",
@@ -46,6 +48,27 @@ COMMAND_MODULES = {
     "transform": "transform_cmd",
     "verify": "verify_cmd",
 }
+COMMAND_SUMMARIES = {
+    "collect": "Copy new rollouts, attempts and spans from the store at URL into one new collection.",
+    "datasets": "List dataset versions, or show one.",
+    "demo": "Run the whole loop locally: store, LLM proxy, agent, collect, transform, train.",
+    "export": "Export dataset version NAME[@vN] as chat data (OpenAI JSONL, TRL rows or an HF folder).",
+    "gc": "Remove scratch, half-saved staging models and temp files of runs and writers that ended "
+    "without cleaning up; mark runs whose process is gone as failed.",
+    "inspect": "Decode a row of DATASET (NAME or NAME@vN): masked vs trained tokens, length and reward "
+    "histograms.",
+    "report": "Write a self-contained HTML report (plots and conversations, no network needed).",
+    "rescore": "Score every archived rollout with a function of yours, without running the agents again.",
+    "round": "One serving round: serve --base-model, proxy it, enqueue --tasks, wait, stop, optionally "
+    "train.",
+    "runs": "Training runs recorded in the warehouse.",
+    "show": "Show a ROLLOUT (or the best/worst N, or a dataset row) as a conversation.",
+    "sql": "Run a read-only SQL STATEMENT (or --file PATH, or stdin) over the warehouse views.",
+    "train": "Train a LoRA adapter on a dataset version and record the run.",
+    "transform": "Build the next version of a dataset (--dataset NAME) from collected spans.",
+    "verify": "Check every committed file against the size and sha256 its manifest records (like `git "
+    "fsck`); name each damaged file.",
+}
 
 
 class TracebankGroup(click.Group):
@@ -59,6 +82,15 @@ class TracebankGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMAND_MODULES, *super().list_commands(ctx)})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list, from COMMAND_SUMMARIES: no command module is imported for it."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        # A bare Command cuts a summary exactly as the real one cuts its docstring.
+        rows = [(n, click.Command(n, help=COMMAND_SUMMARIES[n]).get_short_help_str(limit)) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         module = COMMAND_MODULES.get(name)

@@ -11,15 +11,12 @@ import csv
 import datetime as dt
 import io
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from tracebank.cli.readable import Limits, table_text, vertical_text
+from tracebank.cli.readable import Limits, Tabular, table_text, vertical_text
 from tracebank.warehouse.text import visible
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 
 def _cell(value: Any) -> str:
@@ -33,7 +30,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _table(table: pa.Table, rows: list[dict[str, Any]]) -> str:
+def _table(table: Tabular, rows: list[dict[str, Any]]) -> str:
     cells = [[_cell(v) for v in r.values()] for r in rows]
     widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(table.column_names)]
     line = "  ".join(n.ljust(w) for n, w in zip(table.column_names, widths, strict=True))
@@ -60,7 +57,7 @@ def _csv_line(values: list[Any]) -> str:
     return buf.getvalue().removesuffix("\r\n")
 
 
-def _csv(table: pa.Table, rows: list[dict[str, Any]]) -> str:
+def _csv(table: Tabular, rows: list[dict[str, Any]]) -> str:
     lines = [_csv_line(table.column_names)]
     lines += [_csv_line([_csv_value(v) for v in r.values()]) for r in rows]
     return "\n".join(lines)
@@ -71,7 +68,7 @@ def _json_default(value: Any) -> str:
     return value.isoformat() if isinstance(value, dt.datetime | dt.date) else str(value)
 
 
-def render(table: pa.Table, fmt: str = "table", limits: Limits | None = None) -> str:
+def render(table: Tabular, fmt: str = "table", limits: Limits | None = None) -> str:
     """``table`` as an aligned text table, one ``column | value`` block per row (vertical), CSV,
     one JSON array (a row a line) or JSON lines.
     The table and vertical layouts show control characters (ESC, BEL, CR...) as visible symbols;
@@ -95,10 +92,17 @@ def render(table: pa.Table, fmt: str = "table", limits: Limits | None = None) ->
     return visible(_table(table, rows))
 
 
-def echo_rows(table: pa.Table, fmt: str = "table", limits: Limits | None = None) -> None:
+def echo_rows(table: Tabular, fmt: str = "table", limits: Limits | None = None) -> None:
     """Print ``render(table, fmt, limits)``; nothing at all (not a blank line) when it is empty."""
     text = render(table, fmt, limits)
     if text:
         # color=True: click would otherwise cut ANSI sequences out of values when stdout is not a
         # terminal, and machine formats keep values exact (the readable ones hold none by now).
         click.echo(text, color=True)
+
+
+def say(text: str, err: bool = False) -> None:
+    """Print a command's status lines (summaries, warnings, waits): they may quote what came from
+    outside (a spool file's name, a claim holder read from a bucket, an id from a trace), so
+    control characters are shown as visible symbols, as in every readable output."""
+    click.echo(visible(text), err=err, color=True)

@@ -11,10 +11,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+
+class Tabular(Protocol):
+    """What the printers read of a result: a ``pyarrow.Table`` or a ``query.ResultRows``."""
+
+    @property
+    def column_names(self) -> list[str]: ...
+
+    @property
+    def num_rows(self) -> int: ...
+
+    def slice(self, offset: int = 0, length: int | None = None) -> Tabular: ...
+
+    def to_pylist(self) -> list[dict[str, Any]]: ...
 
 
 NEWLINE = "↵"
@@ -65,12 +76,12 @@ def _footer(shown: int, total: int, cut_cells: int, limits: Limits, layout: str)
     return "(" + "; ".join(parts) + ")"
 
 
-def _shown_rows(table: pa.Table, limits: Limits) -> list[dict[str, Any]]:
+def _shown_rows(table: Tabular, limits: Limits) -> list[dict[str, Any]]:
     head = table.slice(0, limits.max_rows) if limits.max_rows else table
     return head.to_pylist()
 
 
-def table_text(table: pa.Table, limits: Limits = Limits()) -> str:
+def table_text(table: Tabular, limits: Limits = Limits()) -> str:
     """An aligned table: capped rows and cell widths, one line per row, and what was cut."""
     rows = _shown_rows(table, limits)
     names = table.column_names
@@ -91,7 +102,7 @@ def table_text(table: pa.Table, limits: Limits = Limits()) -> str:
     return "\n".join(out)
 
 
-def vertical_text(table: pa.Table, limits: Limits = Limits()) -> str:
+def vertical_text(table: Tabular, limits: Limits = Limits()) -> str:
     """One block per row, one ``column | value`` line per field (for wide rows), newlines kept."""
     rows = _shown_rows(table, limits)
     names = table.column_names

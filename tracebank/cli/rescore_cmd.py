@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import config_option, pass_warehouse
+from tracebank.cli.output import say
 from tracebank.cli.progress import Progress
 from tracebank.rescore.config import RescoreConfig
 
@@ -40,7 +41,7 @@ def rescore(wh: Any, quiet: bool, collections: tuple[str, ...], **options: Any) 
         result = run_rescore(wh, config, on_event=None if quiet else progress)
     finally:
         progress.close()
-    click.echo(result.summary())
+    say(result.summary())
 
 
 COMMANDS = [rescore]

@@ -16,7 +16,7 @@ from tracebank.cli.options import (
     given_on_command_line,
     pass_warehouse,
 )
-from tracebank.cli.output import echo_rows
+from tracebank.cli.output import echo_rows, say
 from tracebank.cli.progress import Progress, loss
 from tracebank.train.config import BACKENDS, DPO_LOSSES, EVAL_STRATEGIES, METHODS, SAVE_METHODS, TrainConfig
 
@@ -117,7 +117,7 @@ def train(wh, quiet: bool, resume: str | None, target_modules: str | None, **opt
             record = run_training(wh, _config(options, target_modules), on_event=on_event)
     finally:
         progress.close()
-    click.echo(_summary_line(record))
+    say(_summary_line(record))
 
 
 def _config(options: dict[str, Any], target_modules: str | None) -> TrainConfig:
@@ -185,12 +185,10 @@ def runs_show(wh, run_id: str, fmt: str) -> None:
     details = run_details(wh, run_id)
     if fmt == "yaml":
         click.echo(run_config_yaml(details), nl=False)
+    elif fmt == "json":
+        click.echo(json.dumps(details, indent=2, sort_keys=True, default=str))
     else:
-        click.echo(
-            json.dumps(details, indent=2, sort_keys=True, default=str)
-            if fmt == "json"
-            else format_run(details)
-        )
+        say(format_run(details))
 
 
 def _flag_names() -> dict[str, str]:

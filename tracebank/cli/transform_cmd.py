@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
+from tracebank.cli.output import say
 from tracebank.transform.config import (
     ENGINES,
     KINDS,
@@ -104,7 +105,7 @@ def transform(
     check(config)  # before any silver is built
     chosen = tuple(cid for cid, _ in choose_collections(wh, config.collections))
     build_silver(wh, chosen, force=rebuild_silver)
-    click.echo(build(wh, config).summary())
+    say(build(wh, config).summary())
 
 
 @click.group()
@@ -264,7 +265,7 @@ def show_cmd(wh: Any, ref: str, fmt: str, as_json: bool) -> None:
     if as_json or fmt == "json":
         click.echo(json.dumps(manifest, indent=2, sort_keys=True))
     else:
-        click.echo(show_text(resolved, folder, manifest))
+        say(show_text(resolved, folder, manifest))
 
 
 COMMANDS = [transform, datasets]

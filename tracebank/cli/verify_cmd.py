@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import pass_warehouse
+from tracebank.cli.output import say
 
 
 @click.command()
@@ -19,10 +20,10 @@ def verify(wh: Any) -> None:
 
     report = run_verify(wh)
     for path, problem in report.damaged:
-        click.echo(f"damaged {path}: {problem}")
+        say(f"damaged {path}: {problem}")
     for note in report.notes:
-        click.echo(f"note: {note}")
-    click.echo(report.summary())
+        say(f"note: {note}")
+    say(report.summary())
     if report.damaged:
         raise CorruptFileError(
             f"{len(report.damaged)} damaged file(s) in {wh.location}",

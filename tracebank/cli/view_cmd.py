@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tracebank.cli.options import config_option, pass_warehouse
+from tracebank.cli.output import say
 from tracebank.view.config import EXPORT_FORMATS, PREFERENCE_FORMATS, ExportConfig, ReportConfig, ShowConfig
 
 
@@ -46,7 +47,7 @@ def report(wh: Any, **options: Any) -> None:
     """Write a self-contained HTML report (plots and conversations, no network needed)."""
     from tracebank.view import report as report_view
 
-    click.echo(report_view(wh, ReportConfig(**options)).summary())
+    say(report_view(wh, ReportConfig(**options)).summary())
 
 
 @click.command()
@@ -61,7 +62,7 @@ def export(wh: Any, dataset: str, **options: Any) -> None:
     """Export dataset version NAME[@vN] as chat data (OpenAI JSONL, TRL rows or an HF folder)."""
     from tracebank.view import export as export_view
 
-    click.echo(export_view(wh, ExportConfig(dataset=dataset, **options)).summary())
+    say(export_view(wh, ExportConfig(dataset=dataset, **options)).summary())
 
 
 COMMANDS = [show, report, export]
