@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
 from tracebank.train.errors import TrainError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.query import run_sql
+from tracebank.warehouse.query import ResultRows, sql_rows
 from tracebank.warehouse.storage import Storage
 
 
@@ -34,10 +33,10 @@ ORDER BY run_id
 """
 
 
-def runs_table(wh: Warehouse, status: str | None = None) -> pa.Table:
+def runs_table(wh: Warehouse, status: str | None = None) -> ResultRows:
     """One row per run (of ``status`` only, when given), oldest first: id, status, dataset,
     backend, steps, loss, eval, tokens/s, start."""
-    return run_sql(wh, RUNS_SQL, {"status": status})
+    return sql_rows(wh, RUNS_SQL, {"status": status})
 
 
 def run_details(wh: Warehouse, run_id: str) -> dict[str, Any]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.query import run_sql
+from tracebank.warehouse.query import ResultRows, sql_rows
 
 #: Every committed dataset version (of ``$name`` only, when given), by name then version.
 DATASETS_SQL = """
@@ -17,6 +16,6 @@ ORDER BY name, CAST(version AS BIGINT)
 """
 
 
-def datasets_table(wh: Warehouse, name: str | None = None) -> pa.Table:
+def datasets_table(wh: Warehouse, name: str | None = None) -> ResultRows:
     """name, version (``vN``), rows, tokens, created_at (ISO), content_hash (whole) of each version."""
-    return run_sql(wh, DATASETS_SQL, {"name": name})
+    return sql_rows(wh, DATASETS_SQL, {"name": name})

@@ -132,30 +132,25 @@ def _created(value: str | None) -> str:
 @pass_warehouse
 def list_cmd(wh: Any, fmt: str) -> None:
     """Every committed version: name, version, rows, tokens, created, hash."""
-    import pyarrow as pa
-
     from tracebank.cli.output import echo_rows
     from tracebank.warehouse.listings import datasets_table
+    from tracebank.warehouse.query import ResultRows
 
-    rows = [
-        {
-            **row,
-            "created": _created(row["created_at"]),
-            "hash": _short(str(row["content_hash"] or "")) if fmt == "table" else row["content_hash"],
-        }
-        for row in datasets_table(wh).to_pylist()
-    ]
-    schema = pa.schema(
+    shown = ResultRows(
+        ["name", "version", "rows", "tokens", "created", "hash"],
         [
-            ("name", pa.string()),
-            ("version", pa.string()),
-            ("rows", pa.int64()),
-            ("tokens", pa.int64()),
-            ("created", pa.string()),
-            ("hash", pa.string()),
-        ]
+            (
+                row["name"],
+                row["version"],
+                row["rows"],
+                row["tokens"],
+                _created(row["created_at"]),
+                _short(str(row["content_hash"] or "")) if fmt == "table" else row["content_hash"],
+            )
+            for row in datasets_table(wh).to_pylist()
+        ],
     )
-    echo_rows(pa.Table.from_pylist(rows, schema=schema), fmt)  # extra keys are dropped
+    echo_rows(shown, fmt)
 
 
 def _fmt(value: Any) -> str:
