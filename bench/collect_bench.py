@@ -10,7 +10,10 @@ Then, on that same store, in one run:
     ``CONCURRENCY`` in flight, spans only fetched (the ceiling any collector
     can reach on this store);
 (c) ``collect`` with the same ``CONCURRENCY``: the same rollouts into a fresh
-    warehouse each round (redaction on, Parquet written and committed).
+    warehouse each round (redaction on, Parquet written and committed);
+(d) the same collect with the redaction of the round before issue 18 (``collect/redact.py``
+    at ``REDACTION_BEFORE``, read from git and swapped in for collect's ``Redactor``): issue
+    18 asks that redaction holding at every position keep collect within 10% of it.
 
 One untimed warm-up run of each comes first (imports, connections). Then
 ``ROUNDS`` interleaved rounds, the order rotated every round so that none of
@@ -41,6 +44,28 @@ N_ROLLOUTS = int(os.environ.get("TRACEBANK_BENCH_ROLLOUTS", "1500"))
 # (b) and (c) both use collect's default unless told otherwise.
 CONCURRENCY = int(os.environ.get("TRACEBANK_BENCH_CONCURRENCY", "0")) or CollectConfig().concurrency
 ROUNDS = int(os.environ.get("TRACEBANK_BENCH_ROUNDS", "7"))
+#: The commit whose collect/redact.py (issue 12's redaction) (d) runs with.
+REDACTION_BEFORE = "acbf37e"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _redactor_before() -> type | None:
+    """The ``Redactor`` class of ``collect/redact.py`` at REDACTION_BEFORE, or None without git."""
+    import subprocess
+    import sys
+    import types
+
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{REDACTION_BEFORE}:collect/redact.py"],
+        capture_output=True,
+        text=True,
+    )
+    if shown.returncode != 0:
+        return None
+    module = types.ModuleType("redact_before_issue18")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(shown.stdout, "redact_before_issue18.py", "exec"), module.__dict__)
+    return module.Redactor  # type: ignore[no-any-return]
 
 
 async def _fill(url: str, n: int) -> int:
@@ -137,13 +162,20 @@ def run() -> str:
         fill_s = time.perf_counter() - t0
         wh_count = 0
 
-        def do_collect() -> int:
+        def do_collect(redactor: type | None = None) -> int:
+            from tracebank.collect import batch
+
             nonlocal wh_count
             wh_count += 1
+            current = batch.Redactor
+            batch.Redactor = redactor or current  # type: ignore[misc]
             wh = Warehouse(Path(tmp) / f"wh{wh_count}")  # a fresh warehouse every run
             # Silver is built after the commit and measured with transform's cold path; the
             # readers (a) and (b) only read spans, so (c) does the same work plus archiving.
-            result = collect(url, wh, CollectConfig(concurrency=CONCURRENCY, silver=False))
+            try:
+                result = collect(url, wh, CollectConfig(concurrency=CONCURRENCY, silver=False))
+            finally:
+                batch.Redactor = current  # type: ignore[misc]
             assert result.counts["rollouts"] == N_ROLLOUTS, result.counts
             return int(result.counts["spans"])
 
@@ -152,12 +184,16 @@ def run() -> str:
             "bare": lambda: asyncio.run(bare_concurrent(url, CONCURRENCY)),
             "collect": do_collect,
         }
+        before = _redactor_before()
+        if before is not None:
+            readers["before"] = lambda: do_collect(before)
         names = list(readers)
         for name in names:  # warm-up, untimed
             assert readers[name]() == total, name
         runs: dict[str, list[_Run]] = {name: [] for name in names}
         for i in range(ROUNDS):
-            for name in names[i % 3 :] + names[: i % 3]:
+            turn = i % len(names)
+            for name in names[turn:] + names[:turn]:
                 runs[name].append(_timed(readers[name], server))
 
     for name, results in runs.items():
@@ -179,6 +215,8 @@ def run() -> str:
         (f"(b) bare concurrent query_spans ({CONCURRENCY} in flight, no writing)", "bare"),
         (f"(c) tracebank collect ({CONCURRENCY} in flight, redacted, Parquet committed)", "collect"),
     ]
+    if "before" in runs:
+        rows.append((f"(d) the same with the redaction at {REDACTION_BEFORE} (before issue 18)", "before"))
     lines = [
         "## collect",
         "",
@@ -208,11 +246,54 @@ def run() -> str:
         + ", ".join(f"{r:.2f}" for r in vs_anchor_rounds)
         + "; vs bare "
         + ", ".join(f"{r:.2f}" for r in vs_bare_rounds),
+        *_redaction_lines(walls),
         "- all runs (wall s): "
         + "; ".join(f"{k} " + ", ".join(f"{w:.2f}" for w in v) for k, v in walls.items()),
         "",
     ]
     return "\n".join(lines)
+
+
+def _redaction_cpu(redactor: type) -> float:
+    """Fewest CPU seconds (of 3 tries) ``redactor`` takes over the spans of N_ROLLOUTS rollouts
+    made as the store was filled: the redaction alone, which no load on the machine inflates."""
+    import copy
+
+    from tests.fixtures.proxy_spans import random_rollout_spans
+
+    rng = random.Random(2026)
+    spans = [
+        s.model_dump(mode="json")
+        for i in range(N_ROLLOUTS)
+        for s in random_rollout_spans(f"r{i}", f"a{i}", rng, n_calls=rng.choice((2, 3)), reward=rng.random())
+    ]
+    tries = []
+    for _ in range(3):
+        fresh, r = copy.deepcopy(spans), redactor()
+        t = time.process_time()
+        for span in fresh:
+            r.span(span)
+        tries.append(time.process_time() - t)
+    return min(tries)
+
+
+def _redaction_lines(walls: dict[str, list[float]]) -> list[str]:
+    from tracebank.collect.redact import Redactor
+
+    before = _redactor_before()
+    if "before" not in walls or before is None:
+        return [f"- (d) skipped: no git history with {REDACTION_BEFORE} here"]
+    rounds = [c / b for c, b in zip(walls["collect"], walls["before"], strict=True)]
+    slower = statistics.median(rounds) - 1
+    now_cpu, before_cpu = _redaction_cpu(Redactor), _redaction_cpu(before)
+    added = (now_cpu - before_cpu) / statistics.median(walls["before"])
+    return [
+        f"- collect with issue 18's redaction vs with the redaction before it: {slower:+.1%} wall time "
+        f"(median of per-round ratios {', '.join(f'{r:.2f}' for r in rounds)}; goal within +10%)",
+        f"- the redaction alone over the same spans, CPU seconds (fewest of 3, no load counted): "
+        f"{now_cpu:.3f} now, {before_cpu:.3f} before issue 18: **{added:+.1%}** of (d)'s median wall "
+        f"time added to collect: {'met' if added <= 0.10 else 'NOT met'}",
+    ]
 
 
 if __name__ == "__main__":
