@@ -239,8 +239,8 @@ def option_names(command: click.Command) -> dict[str, click.Parameter]:
     """Every name a config file may use for each option of ``command`` (underscored)."""
     names: dict[str, click.Parameter] = {}
     for param in command.params:
-        if not isinstance(param, click.Option) or param.name in (None, "config_file"):
-            continue
+        if not isinstance(param, click.Option) or param.hidden or param.name in (None, "config_file"):
+            continue  # a hidden option is an old name: files use the current one
         for alias in (param.name, *(opt.lstrip("-") for opt in param.opts if opt.startswith("--"))):
             names[alias.replace("-", "_")] = param
     return names
@@ -262,6 +262,8 @@ def config_file_values(command: click.Command, data: dict[str, Any], source: str
         param = names[str(key).replace("-", "_")]
         if isinstance(value, list) and not param.multiple:
             value = ",".join(str(v) for v in value)
+        elif param.multiple and not isinstance(value, list):
+            value = [value]  # one value of a repeatable option
         elif isinstance(value, dict):
             import json
 

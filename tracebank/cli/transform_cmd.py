@@ -9,7 +9,13 @@ from typing import Any
 
 import click
 
-from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
+from tracebank.cli.options import (
+    config_file_option,
+    config_option,
+    format_option,
+    pass_warehouse,
+    show_format_option,
+)
 from tracebank.transform.config import (
     ENGINES,
     KINDS,
@@ -39,9 +45,15 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
 
 
 @click.command()
+@config_file_option
 @config_option(TransformConfig, "name", "--dataset", required=False, metavar="NAME")
 @click.option(
-    "--name", hidden=True, expose_value=False, callback=_dataset_alias, help="Old name of --dataset."
+    "--name",
+    "dataset_alias",
+    hidden=True,
+    expose_value=False,
+    callback=_dataset_alias,
+    help="Old name of --dataset.",
 )
 @config_option(TransformConfig, "collections", "--collection", multiple=True, metavar="ID", default=())
 @config_option(TransformConfig, "top_fraction")
