@@ -75,16 +75,16 @@ def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def show_format_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--format text|json`` of every command that shows one record."""
+def replay_format_option(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--format text|json|yaml`` of a show command whose record a ``command --config`` file replays."""
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(["text", "json"]),
+        type=click.Choice(["text", "json", "yaml"]),
         default="text",
         show_default=True,
-        help="text: readable; json: the whole record as one JSON document.",
-    )(f)
+        help=f"text: readable; json: the whole record; yaml: a `{command} --config` file that reproduces it.",
+    )
 
 
 @functools.cache
@@ -275,3 +275,27 @@ def config_file_values(command: click.Command, data: dict[str, Any], source: str
 def given_on_command_line(ctx: click.Context, names: list[str]) -> list[str]:
     """Which of ``names`` (parameter names) the command line set itself."""
     return [n for n in names if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
+
+
+def flag_names(command: click.Command) -> dict[str, str]:
+    """Each option's parameter name -> its flag without dashes (``learning_rate`` -> ``lr``)."""
+    return {
+        str(p.name): p.opts[0].lstrip("-")
+        for p in command.params
+        if isinstance(p, click.Option) and not p.hidden
+    }
+
+
+def config_yaml(command: click.Command, settings: dict[str, Any], head: str) -> str:
+    """A ``--config`` file of ``command``: ``settings`` (keyed by parameter name) under their flags'
+    names, after the comment lines ``head``; unset values (None, {}) and non-options are left out."""
+    import yaml
+
+    flags = flag_names(command)
+    body = {
+        flags[name]: value
+        for name, value in settings.items()
+        if value is not None and value != {} and name in flags
+    }
+    comments = "".join(f"# {line}\n" for line in head.splitlines())
+    return comments + yaml.safe_dump(body, sort_keys=False)
