@@ -21,7 +21,15 @@ from tracebank.cli.options import (
 )
 from tracebank.cli.output import echo_rows
 from tracebank.cli.progress import Progress, loss
-from tracebank.train.config import BACKENDS, DPO_LOSSES, EVAL_STRATEGIES, METHODS, SAVE_METHODS, TrainConfig
+from tracebank.train.config import (
+    BACKENDS,
+    DPO_LOSSES,
+    EVAL_STRATEGIES,
+    FINETUNE,
+    METHODS,
+    SAVE_METHODS,
+    TrainConfig,
+)
 
 
 def _summary_line(record: Any) -> str:
@@ -92,6 +100,8 @@ def _train_option(name: str, *flags: str, **extra: Any) -> Any:
 @_train_option("save_total_limit")
 @_train_option("packing")
 @_train_option("attn_implementation")
+@_train_option("finetune", type=click.Choice(FINETUNE))
+@_train_option("fsdp")
 @_train_option("nproc_per_node")
 @_train_option("nnodes")
 @_train_option("node_rank")
