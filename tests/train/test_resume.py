@@ -3,6 +3,7 @@ uninterrupted run (same seed, CPU, one thread), in one run record showing both a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -167,3 +168,68 @@ def test_a_sigtermed_run_keeps_only_its_checkpoints_until_gc(qa_wh, tiny_model, 
     swept = CliRunner().invoke(cli, ["-w", str(qa_wh.root), "gc", "--min-age", "0"])
     assert swept.exit_code == 0, swept.output
     assert not scratch.exists()
+
+
+DPO = [
+    "--dataset", "prefs", "--method", "dpo", "--lr", "2e-2", "--batch-size", "4", "--grad-accum", "1",
+    "--warmup-steps", "0", "--max-steps", "9", "--save-steps", "2", "--seed", "0", "--eval-strategy", "no",
+    "--save", "lora",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pref_wh(tmp_path_factory):
+    """Twelve preference pairs (three batches of four an epoch): a resumed DPO run crosses epochs."""
+    from tracebank.transform import TransformConfig, transform
+    from tracebank.warehouse.location import Warehouse
+
+    from tests.fixtures.preference import commit_03
+    from tests.train.test_dpo import toy_rollouts
+
+    wh = Warehouse(tmp_path_factory.mktemp("dpo-resume") / "warehouse").init()
+    commit_03(
+        wh,
+        toy_rollouts()
+        + [dataclasses.replace(r, rollout_id=r.rollout_id + "b", task=r.task + "b") for r in toy_rollouts()],
+    )
+    transform(wh, TransformConfig(name="prefs", kind="preference"))
+    return wh
+
+
+def _dpo_command(wh, tiny_model, out):
+    return [
+        sys.executable, "-m", "tracebank.cli.main", "-w", str(wh.root), "train", "--quiet",
+        "--base-model", str(tiny_model), "--output", str(out), *DPO,
+    ]  # fmt: skip
+
+
+def test_a_killed_dpo_run_resumes_to_the_same_adapter(pref_wh, tiny_model, tmp_path, monkeypatch):
+    reference = tmp_path / "reference"
+    done = subprocess.run(
+        _dpo_command(pref_wh, tiny_model, reference), env=_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    reference_id = done.stdout.split()[1]
+    out = tmp_path / "adapter"
+    proc = subprocess.Popen(
+        _dpo_command(pref_wh, tiny_model, out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    run_id = _kill_after_checkpoint(proc, pref_wh, 4, exclude={reference_id})
+    assert not out.exists()
+    steps = [step for step, _ in complete_checkpoints(scratch_dir(pref_wh, run_id))]
+    assert steps and 4 <= steps[-1] < 9
+
+    for key, value in SINGLE_THREAD.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(cli, ["-w", str(pref_wh.root), "train", "--quiet", "--resume", run_id])
+    assert result.exit_code == 0, result.output
+    resumed, expected = _adapter(out), _adapter(reference)
+    assert resumed.keys() == expected.keys()
+    worst = max(float((resumed[k] - expected[k]).abs().max()) for k in expected)
+    assert worst <= 1e-6, worst
+    _, record = catalog.resolve_run(pref_wh, run_id)
+    assert [a["status"] for a in record.attempts] == ["failed", "succeeded"]
+    assert record.attempts[1]["resumed_from_step"] == steps[-1] and record.summary["steps"] == 9
+    reference_losses = {m["step"]: m["loss"] for m in _metrics(pref_wh, reference_id)}
+    again = [m for m in _metrics(pref_wh, run_id) if m["attempt"] == 2]
+    assert [m["loss"] for m in again] == pytest.approx([reference_losses[m["step"]] for m in again], abs=1e-5)
