@@ -288,14 +288,14 @@ def flag_names(command: click.Command) -> dict[str, str]:
 
 def config_yaml(command: click.Command, settings: dict[str, Any], head: str) -> str:
     """A ``--config`` file of ``command``: ``settings`` (keyed by parameter name) under their flags'
-    names, after the comment lines ``head``; unset values (None, {}) and non-options are left out."""
+    names in the command's option order, after the comment lines ``head``; unset values (None, {})
+    and non-options are left out."""
     import yaml
 
-    flags = flag_names(command)
-    body = {
-        flags[name]: value
-        for name, value in settings.items()
-        if value is not None and value != {} and name in flags
+    body = {  # in the command's option order, as --help lists them
+        flag: settings[name]
+        for name, flag in flag_names(command).items()
+        if settings.get(name) is not None and settings[name] != {}
     }
     comments = "".join(f"# {line}\n" for line in head.splitlines())
     return comments + yaml.safe_dump(body, sort_keys=False)
