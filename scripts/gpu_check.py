@@ -270,6 +270,41 @@ def torchrun_one(work: Path) -> dict[str, Any]:
     return {"status": record.status, "resolved": record.resolved, "summary": record.summary}
 
 
+def fsdp_full(work: Path) -> dict[str, Any]:
+    """``--finetune full --fsdp`` on one GPU under torchrun: accelerate wraps the model with FSDP2,
+    trains every weight, gathers the shards to rank 0 and writes the whole model, which loads."""
+    import torch
+    from tracebank.train import TrainConfig, train
+    from transformers import AutoModelForCausalLM
+
+    wh, model_dir = _qa_warehouse(work, "fsdp")
+    out = work / "fsdp-full"
+    record = train(
+        wh,
+        TrainConfig(
+            dataset="qa@v1",
+            base_model=str(model_dir),
+            output=str(out),
+            finetune="full",
+            fsdp=True,
+            max_steps=12,
+            eval_strategy="no",
+            timeout=300,
+            **{**SHORT, "learning_rate": 1e-3},
+        ),  # fmt: skip
+        on_event=printer("fsdp"),
+    )
+    result: dict[str, Any] = {"status": record.status, "resolved": record.resolved, "summary": record.summary}
+    if record.status == "succeeded":
+        base = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+        trained = AutoModelForCausalLM.from_pretrained(out).state_dict()
+        result["weights_changed"] = sum(not torch.equal(base[k].float(), trained[k].float()) for k in base)
+        result["weights"] = len(base)
+    elif record.log_file and Path(record.log_file).exists():
+        result["log_tail"] = Path(record.log_file).read_text(errors="replace")[-3000:]
+    return result
+
+
 def _descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (read from /proc; psutil may not be installed here)."""
     parents: dict[int, int] = {}
@@ -447,6 +482,7 @@ def main() -> int:
         steps.append(("unsloth_memorise", lambda: memorise(work, "unsloth")))
     steps += [
         ("torchrun_nproc1", lambda: torchrun_one(work)),
+        ("fsdp_full", lambda: fsdp_full(work)),
         ("resume_after_kill", lambda: resume_after_kill(work)),
         ("packing_flash", lambda: packing_flash(work)),
         ("qwen05b_trl", lambda: qwen_05b_speed(work, "trl", args.rows_05b, args.steps_05b)),

@@ -3,7 +3,7 @@
 # Runs in under 10 minutes: TRL+PEFT on CUDA in bf16 on the tiny local model (memorise,
 # then load the merged 16-bit output and generate), a tokens/s run on a ~100M-parameter
 # model, the Unsloth path when unsloth imports there, then `--nproc-per-node 1` under
-# torchrun (NCCL), resume after a SIGKILL, packing on flash-attention (sdpa when flash_attn is
+# torchrun (NCCL), full fine-tuning sharded with --fsdp (FSDP2 through accelerate), resume after a SIGKILL, packing on flash-attention (sdpa when flash_attn is
 # missing), and tokens/s of a Qwen2.5-0.5B-shaped model (random weights) with TRL and Unsloth.
 # Results: $OUT/gpu_check.json, rewritten after every step (a timeout keeps what finished).
 #

@@ -28,6 +28,7 @@ SCHEDULERS = (
     "inverse_sqrt",
 )
 METHODS = ("sft", "dpo")
+FINETUNE = ("lora", "full")
 #: The DPO losses TRL's DPOTrainer offers (one pair-wise loss a run).
 DPO_LOSSES = (
     "sigmoid",
@@ -167,6 +168,11 @@ class TrainConfig:
     """Pack rows padding-free into one sequence per batch, position ids restarting per row."""
     attn_implementation: str | None = None
     """Attention kernel: sdpa, eager, flash_attention_2, ... (default: what transformers picks)."""
+    finetune: str = "lora"
+    """lora: a LoRA adapter on the frozen base (the recipe); full: every weight (TRL, saved whole)."""
+    fsdp: bool = False
+    """Shard a --finetune full run's weights, gradients and optimizer state over its ranks with FSDP
+    (accelerate's full_shard auto_wrap; CUDA GPUs of one node; without it ranks run DDP)."""
     nproc_per_node: int = 1
     """Training processes on this machine (one per GPU): >1 runs data-parallel under torchrun."""
     nnodes: int = 1
@@ -253,7 +259,36 @@ class TrainConfig:
             raise bad(f"save total limit must be at least 1, got {self.save_total_limit}")
         self._validate_method()
         self._validate_distributed()
+        self._validate_finetune()
         return self
+
+    def _validate_finetune(self) -> None:
+        if self.finetune not in FINETUNE:
+            raise TrainConfigError(
+                f"unknown --finetune {self.finetune!r}", f"use one of {', '.join(FINETUNE)}"
+            )
+        if self.fsdp and self.finetune != "full":
+            raise TrainConfigError(
+                "--fsdp shards full-parameter training; LoRA runs are data-parallel with DDP",
+                "add --finetune full, or drop --fsdp",
+            )
+        if self.fsdp and self.nnodes > 1:
+            raise TrainConfigError("--fsdp trains on one node for now", "drop --nnodes, or drop --fsdp (DDP)")
+        if self.finetune == "lora":
+            return
+        refusals = [
+            (self.backend == "unsloth", "--finetune full trains with TRL", "use --backend trl (or auto)"),
+            (self.save == "lora", "--finetune full has no adapter to save", "use --save merged_16bit"),
+            (bool(self.load_in_4bit), "4-bit weights cannot be trained in full", "drop --load-in-4bit"),
+            (
+                self.method == "dpo",
+                "DPO trains a LoRA adapter (its reference is the base without it)",
+                "drop --finetune full",
+            ),
+        ]
+        for refused, message, hint in refusals:
+            if refused:
+                raise TrainConfigError(message, hint)
 
     def _validate_method(self) -> None:
         if self.method not in METHODS:
@@ -296,7 +331,13 @@ class TrainConfig:
         """Decide the machine-dependent options for ``env``; raise for combinations it cannot run."""
         backend = self.backend
         if backend == "auto":
-            backend = "unsloth" if env.cuda and env.unsloth and self.world_size == 1 else "trl"
+            single = self.world_size == 1 and self.finetune == "lora"
+            backend = "unsloth" if env.cuda and env.unsloth and single else "trl"
+        if self.fsdp and not env.cuda:
+            raise TrainConfigError(
+                "--fsdp needs CUDA GPUs: accelerate shards only there (CPU ranks would train with DDP)",
+                "drop --fsdp on this machine",
+            )
         if backend == "unsloth":
             if not env.cuda:
                 raise TrainConfigError(
@@ -312,7 +353,7 @@ class TrainConfig:
         quantizer = env.bitsandbytes
         load_in_4bit = self.load_in_4bit
         if load_in_4bit is None:
-            load_in_4bit = env.cuda and quantizer
+            load_in_4bit = env.cuda and quantizer and self.finetune == "lora"
         elif load_in_4bit and not env.cuda:
             raise TrainConfigError("4-bit loading needs a CUDA GPU", "drop --load-in-4bit on this machine")
         elif load_in_4bit and not quantizer:

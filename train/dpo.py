@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tracebank.train.errors import TrainError
-from tracebank.train.recipe import SFTRecipe, metric_callback, training_arguments
+from tracebank.train.recipe import SFTRecipe, training_arguments
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.storage import iter_batches
 
@@ -169,5 +169,13 @@ class DPORecipe(SFTRecipe):
             eval_dataset=evaluation,
             processing_class=self.tokenizer,
             data_collator=_collator(self.tokenizer.pad_token_id, spec["max_length"]),
-            callbacks=[metric_callback(self.emit)],
+            callbacks=self.callbacks(strategy),
         )
+
+    def train(self) -> dict[str, Any]:
+        resume = self.spec.get("resume_from")
+        if resume:
+            # transformers' resume loads only the adapters in a checkpoint's subfolders once there are any
+            # (TRL's frozen reference copy lives in ref/), leaving the trained one at the top fresh.
+            self.trainer.model.load_adapter(resume, "default", is_trainable=True)
+        return super().train()

@@ -135,7 +135,7 @@ class Plan:
 
 def plan(config: TrainConfig, version: DatasetVersion, facts: ModelFacts) -> Plan:
     """Run every data-versus-model check; return the lengths the child trains with."""
-    if facts.matrix_modules is not None:
+    if facts.matrix_modules is not None and config.finetune == "lora":
         check_targets(config.target_modules, facts.matrix_modules, str(facts.path))
     preference = version.record.kind == "preference"
     if preference != (config.method == "dpo"):

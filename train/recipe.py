@@ -228,7 +228,6 @@ def training_arguments(
         optim=resolved.optim,
         bf16=resolved.bf16,
         fp16=False,
-        gradient_checkpointing=resolved.gradient_checkpointing,
         logging_strategy="steps",
         logging_steps=config.logging_steps,
         # run_metrics is written by tracebank's own callback whatever else reports.
@@ -242,12 +241,32 @@ def training_arguments(
         greater_is_better=False if strategy != "no" else None,
         **_save_arguments(config, strategy),
         dataloader_pin_memory=resolved.device == "cuda",
-        # LoRA uses every adapter weight in each step; DDP need not search for unused ones.
-        ddp_find_unused_parameters=False if ranks.world_size > 1 else None,
-        # Without it accelerate does not see the CPU ranks as one gloo group and each trains alone.
-        use_cpu=resolved.device == "cpu" and ranks.world_size > 1,
+        **parallel_arguments(config, resolved, ranks.world_size),
         **config.extra,
     )
+
+
+def parallel_arguments(config: TrainConfig, resolved: Resolved, world_size: int) -> dict[str, Any]:
+    """How the ranks share the model: each holds all of it (DDP), or --fsdp shards it (FSDP2 through
+    accelerate, each decoder layer a unit, the whole model gathered to rank 0 when saved)."""
+    if config.fsdp:
+        return {
+            "fsdp": "full_shard auto_wrap",
+            # FSDP's own activation checkpointing: gradient_checkpointing would all-gather twice.
+            "fsdp_config": {
+                "version": 2,
+                "state_dict_type": "FULL_STATE_DICT",
+                "activation_checkpointing": resolved.gradient_checkpointing,
+            },
+            "gradient_checkpointing": False,
+        }
+    return {
+        "gradient_checkpointing": resolved.gradient_checkpointing,
+        # Every trained weight is used in each step; DDP need not search for unused ones.
+        "ddp_find_unused_parameters": False if world_size > 1 else None,
+        # Without it accelerate does not see the CPU ranks as one gloo group and each trains alone.
+        "use_cpu": resolved.device == "cpu" and world_size > 1,
+    }
 
 
 @dataclass(frozen=True)
@@ -313,8 +332,9 @@ class SFTRecipe:
             model, self.tokenizer = self.backend.load(spec, resolved)
         except (OSError, ValueError, RuntimeError) as exc:
             raise TrainError(f"cannot load base model {spec['base_model']}: {_first_line(exc)}") from exc
-        names = [name for name, _ in model.named_modules()]
-        preflight.check_targets(config.target_modules, names, spec["base_model"])
+        if config.finetune == "lora":
+            names = [name for name, _ in model.named_modules()]
+            preflight.check_targets(config.target_modules, names, spec["base_model"])
         vocab = model.get_input_embeddings().weight.shape[0]
         if spec["max_token_id"] >= vocab:
             raise TrainError(
@@ -328,14 +348,9 @@ class SFTRecipe:
             resolved = self.resolved = dataclasses.replace(resolved, load_in_4bit=loaded_4bit)
             done = f"base model loaded in {'4' if loaded_4bit else '16'} bits"
             note = f"{note}; {done}" if note else done
-        try:
-            model = self.backend.attach_adapter(model, spec, resolved)
-        except Exception as exc:  # peft and unsloth raise many types; the run needs one line
-            raise TrainError(
-                f"cannot attach LoRA adapters to {spec['base_model']}: {_first_line(exc)}",
-                "check --target-modules against the model's layer names",
-            ) from exc
-        trainable, total = model.get_nb_trainable_parameters()
+        if config.finetune == "lora":
+            model = self._attach_adapter(model)
+        trainable, total = parameter_counts(model)
         self.emit(
             {
                 "event": "loaded",
@@ -349,6 +364,16 @@ class SFTRecipe:
             }
         )
         return model
+
+    def _attach_adapter(self, model: Any) -> Any:
+        assert self.resolved is not None
+        try:
+            return self.backend.attach_adapter(model, self.spec, self.resolved)
+        except Exception as exc:  # peft and unsloth raise many types; the run needs one line
+            raise TrainError(
+                f"cannot attach LoRA adapters to {self.spec['base_model']}: {_first_line(exc)}",
+                "check --target-modules against the model's layer names",
+            ) from exc
 
     def setup(self) -> None:
         model = self.load_model()
@@ -372,7 +397,6 @@ class SFTRecipe:
             if config.packing
             else PadCollator(pad_id=self.tokenizer.pad_token_id, max_length=cut)
         )
-        from transformers import EarlyStoppingCallback
         from trl import SFTConfig
 
         strategy = config.eval_strategy if has_eval else "no"
@@ -389,11 +413,7 @@ class SFTRecipe:
         )
         if self.ranks.world_size > 1:
             check_same_dataset(args, spec["content_hash"])
-        callbacks = [metric_callback(self.emit)]
-        if config.save_steps:
-            callbacks.append(_checkpoint_callback(self.emit))
-        if config.early_stopping_patience and strategy != "no":
-            callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
+        callbacks = self.callbacks(strategy)
         # Unsloth brings its own fused cross-entropy in the model's forward; TRL's Triton head is
         # used only on the plain TRL path.
         trainer_class = _trainer_class(resolved.backend == "trl" and fused_loss_available(resolved.device))
@@ -406,6 +426,18 @@ class SFTRecipe:
             data_collator=collator,
             callbacks=callbacks,
         )
+
+    def callbacks(self, strategy: str) -> list[Any]:
+        """Metrics to the run record, checkpoints marked whole (resume), early stopping (both methods)."""
+        from transformers import EarlyStoppingCallback
+
+        config = self.config
+        callbacks = [metric_callback(self.emit)]
+        if config.save_steps:
+            callbacks.append(_checkpoint_callback(self.emit))
+        if config.early_stopping_patience and strategy != "no":
+            callbacks.append(EarlyStoppingCallback(early_stopping_patience=config.early_stopping_patience))
+        return callbacks
 
     def train(self) -> dict[str, Any]:
         started = time.perf_counter()
@@ -430,10 +462,19 @@ class SFTRecipe:
 
     def save(self) -> dict[str, Any]:
         assert self.resolved is not None
+        model, state = self.trainer.model, None
+        if self.config.fsdp:  # gathering the shards is collective: every rank takes part, rank 0 gets them
+            state = self.trainer.accelerator.get_state_dict(model)
+            model = self.trainer.accelerator.unwrap_model(model)
         if not self.leader:
             return {"save": None, "rank": self.ranks.rank}
         out = self.spec["staging_dir"]
-        info = self.backend.save(self.trainer.model, self.tokenizer, out, self.spec, self.resolved)
+        if self.config.finetune == "full":
+            from tracebank.train.backends.trl_peft import save_whole
+
+            info = save_whole(model, self.tokenizer, out, self.resolved.save_dtype, state)
+        else:
+            info = self.backend.save(model, self.tokenizer, out, self.spec, self.resolved)
         self.emit({"event": "saved", **info})
         return info
 
@@ -470,6 +511,15 @@ def prepare_packing(model: Any) -> None:
             "drop --packing",
         )
     model.config.use_cache = False
+
+
+def parameter_counts(model: Any) -> tuple[int, int]:
+    """(trainable, total) parameters: PEFT's count for an adapter (it knows 4-bit packing), else the sums."""
+    if hasattr(model, "get_nb_trainable_parameters"):
+        trainable, total = model.get_nb_trainable_parameters()
+        return int(trainable), int(total)
+    params = list(model.parameters())
+    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
 
 
 def is_loaded_in_4bit(model: Any) -> bool:

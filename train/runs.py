@@ -102,8 +102,9 @@ def format_run(details: dict[str, Any]) -> str:
             f"(longest row {data.get('dataset_max_length')}), truncated {data.get('truncated_rows')}"
         )
     if model.get("trainable_params") is not None:
+        trained = "weights" if hp.get("finetune") == "full" else "adapter"
         lines.append(
-            f"adapter    {model['trainable_params']:,} trainable of {model.get('total_params'):,} "
+            f"{trained:<10} {model['trainable_params']:,} trainable of {model.get('total_params'):,} "
             f"parameters ({model.get('trainable_percent')}%)"
         )
     keys = (

@@ -35,7 +35,8 @@ LAUNCHER_VARIABLE = "TRACEBANK_TRAIN_LAUNCHER"
 def child_command(config: TrainConfig, spec_path: Path) -> list[str]:
     """The command that trains ``spec_path``: the child itself, or torchrun starting one per rank."""
     child = ["-m", "tracebank.train.child", str(spec_path)]
-    if config.world_size == 1 and os.environ.get(LAUNCHER_VARIABLE) != "torchrun":
+    # FSDP needs a process group even on one GPU.
+    if config.world_size == 1 and not config.fsdp and os.environ.get(LAUNCHER_VARIABLE) != "torchrun":
         return [sys.executable, "-P", *child]
     ranks = [f"--nproc-per-node={config.nproc_per_node}", "--max-restarts=0", "--monitor-interval=0.5"]
     if config.nnodes == 1:

@@ -214,6 +214,13 @@ class TransformConfig:
         if not math.isfinite(limits.reward_fillna_value):
             raise TransformUsageError("--agl1-reward-fillna must be a finite number")
 
+    def settings(self) -> dict[str, Any]:
+        """Every option as given, where and how to build included (the manifest's ``config``)."""
+        out = asdict(self)
+        out.pop("extra")  # recorded as the manifest's notes
+        out["collections"] = list(self.collections)
+        return out
+
     def params(self) -> dict[str, Any]:
         """Every option as the manifest records it (collections sorted)."""
         out = asdict(self)

@@ -131,6 +131,7 @@ def version_manifest(
         stats=st,
         rows=st["rows"],
         notes=dict(config.extra) if config.extra else None,
+        config=config.settings(),
         files=files,
     )
 

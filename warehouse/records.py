@@ -265,6 +265,9 @@ class DatasetManifest(Manifest):
     """Rows over every split."""
     notes: dict[str, Any] | None = None
     """User metadata (``--extra``)."""
+    config: dict[str, Any] | None = None
+    """Every transform option as given (flags and --config file merged; none in versions written before
+    it was recorded): what ``datasets show --format yaml`` prints back. Not part of the content hash."""
     format_version: int = 1
     """Shape version of this manifest."""
     other: dict[str, Any] = field(default_factory=dict)
@@ -285,8 +288,9 @@ class DatasetManifest(Manifest):
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
-        if out.get("notes") is None:
-            out.pop("notes", None)
+        for optional in ("notes", "config"):
+            if out.get(optional) is None:
+                out.pop(optional, None)
         return out
 
 

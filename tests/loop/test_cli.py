@@ -261,3 +261,34 @@ def test_a_round_with_local_runners_collects_its_rollouts(
     assert rows == [
         {"tag": "cli", "status": "succeeded", "text": t} for t in ("a red fox", "sun day", "the cat")
     ]
+
+
+def test_a_round_from_a_config_file_with_a_flag_over_it(tmp_path, tasks_file, model_v0, store_url):
+    config = tmp_path / "round.yaml"
+    config.write_text(
+        f"base-model: {model_v0}\nagent: {AGENT}\ntasks: {tasks_file}\nstore: {store_url}\n"
+        "server: cpu\nrunners: 2\nthen: collect\ntag: from-file\ntimeout: 120\n"
+    )
+    out = _round("before", tmp_path / "wh", "--config", str(config), "--tag", "from-flag")
+    assert out.exit_code == 0, out.output
+    assert re.fullmatch(r"round done: 3 rollouts \(3 succeeded\) in \d+s\n", out.stdout), out.stdout
+    rows = run_sql(Warehouse(tmp_path / "wh"), "SELECT tag FROM collections").to_pylist()
+    assert rows == [{"tag": "from-flag"}]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("agent: a:b\nthne: train\n", "Error: config file {config} has unknown option(s) thne"),
+        ("timeout: soon\n", "Error: Invalid value for '--timeout': 'soon' is not a valid float."),
+        ("tasks: {missing}\n", "Error: tasks file {missing} does not exist"),
+    ],
+)
+def test_a_bad_round_config_file_is_one_line(tmp_path, tasks_file, model_v0, text, message):
+    config, missing = tmp_path / "round.yaml", tmp_path / "nope.jsonl"
+    flags = ["--agent", AGENT, "--tasks", str(tasks_file), "--store", "http://127.0.0.1:1", "--server", "cpu"]
+    config.write_text(text.format(missing=missing))
+    given = [f for i, f in enumerate(flags) if not (text.startswith("tasks") and 2 <= i <= 3)]
+    out = _round("before", tmp_path / "wh", "--config", str(config), "--base-model", str(model_v0), *given)
+    assert out.exit_code == 2
+    assert _error(out).startswith(message.format(config=config, missing=missing))

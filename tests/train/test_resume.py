@@ -3,6 +3,7 @@ uninterrupted run (same seed, CPU, one thread), in one run record showing both a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -167,3 +168,91 @@ def test_a_sigtermed_run_keeps_only_its_checkpoints_until_gc(qa_wh, tiny_model, 
     swept = CliRunner().invoke(cli, ["-w", str(qa_wh.root), "gc", "--min-age", "0"])
     assert swept.exit_code == 0, swept.output
     assert not scratch.exists()
+
+
+DPO = [
+    "--dataset", "prefs", "--method", "dpo", "--lr", "2e-2", "--batch-size", "4", "--grad-accum", "1",
+    "--warmup-steps", "0", "--max-steps", "9", "--save-steps", "2", "--seed", "0", "--eval-strategy", "no",
+    "--save", "lora",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pref_wh(tmp_path_factory):
+    """Twelve preference pairs (three batches of four an epoch): a resumed DPO run crosses epochs."""
+    from tracebank.transform import TransformConfig, transform
+    from tracebank.warehouse.location import Warehouse
+
+    from tests.fixtures.preference import commit_03
+    from tests.train.test_dpo import toy_rollouts
+
+    wh = Warehouse(tmp_path_factory.mktemp("dpo-resume") / "warehouse").init()
+    commit_03(
+        wh,
+        toy_rollouts()
+        + [dataclasses.replace(r, rollout_id=r.rollout_id + "b", task=r.task + "b") for r in toy_rollouts()],
+    )
+    transform(wh, TransformConfig(name="prefs", kind="preference"))
+    return wh
+
+
+FULL = [
+    "--dataset", "qa@v1", "--finetune", "full", "--lr", "1e-3", "--batch-size", "4", "--grad-accum", "1",
+    "--warmup-steps", "0", "--max-steps", "9", "--save-steps", "2", "--seed", "0", "--eval-strategy", "no",
+]  # fmt: skip
+
+
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    name = "adapter_model" if (folder / "adapter_model.safetensors").exists() else "model"
+    return load_file(str(folder / f"{name}.safetensors"))
+
+
+def _killed_and_resumed_equals_uninterrupted(wh, tiny_model, tmp_path, recipe):
+    """Train ``recipe`` (9 steps, a checkpoint every 2) once whole and once SIGKILLed after its step-4
+    checkpoint and resumed: the same weights within 1e-6, the same losses after the checkpoint."""
+
+    def command(out):
+        return [
+            sys.executable, "-m", "tracebank.cli.main", "-w", str(wh.root), "train", "--quiet",
+            "--base-model", str(tiny_model), "--output", str(out), *recipe,
+        ]  # fmt: skip
+
+    reference = tmp_path / "reference"
+    done = subprocess.run(command(reference), env=_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    reference_id = done.stdout.split()[1]
+    out = tmp_path / "model"
+    proc = subprocess.Popen(command(out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    before = {folder.name for folder, _ in catalog.runs(wh)}
+    run_id = _kill_after_checkpoint(proc, wh, 4, exclude=before)
+    assert not out.exists()
+    steps = [step for step, _ in complete_checkpoints(scratch_dir(wh, run_id))]
+    assert steps and 4 <= steps[-1] < 9
+
+    result = subprocess.run(
+        [*command(out)[:5], "train", "--quiet", "--resume", run_id],
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    resumed, expected = _weights(out), _weights(reference)
+    assert resumed.keys() == expected.keys()
+    worst = max(float((resumed[k] - expected[k]).abs().max()) for k in expected)
+    assert worst <= 1e-6, worst
+    _, record = catalog.resolve_run(wh, run_id)
+    assert [a["status"] for a in record.attempts] == ["failed", "succeeded"]
+    assert record.attempts[1]["resumed_from_step"] == steps[-1] and record.summary["steps"] == 9
+    reference_losses = {m["step"]: m["loss"] for m in _metrics(wh, reference_id)}
+    again = [m for m in _metrics(wh, run_id) if m["attempt"] == 2]
+    assert [m["loss"] for m in again] == pytest.approx([reference_losses[m["step"]] for m in again], abs=1e-5)
+
+
+def test_a_killed_dpo_run_resumes_to_the_same_adapter(pref_wh, tiny_model, tmp_path):
+    _killed_and_resumed_equals_uninterrupted(pref_wh, tiny_model, tmp_path, DPO)
+
+
+def test_a_killed_full_finetuning_run_resumes_to_the_same_weights(qa_wh, tiny_model, tmp_path):
+    _killed_and_resumed_equals_uninterrupted(qa_wh, tiny_model, tmp_path, FULL)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from tracebank.cli.options import config_option, pass_warehouse
+from tracebank.cli.options import config_file_option, config_option, pass_warehouse
 from tracebank.cli.output import render, say
 from tracebank.cli.progress import Progress, loss
 from tracebank.loop.config import (
@@ -123,6 +123,7 @@ def _split_args(values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @click.command(name="round")
+@config_file_option
 @click.option("--base-model", type=click.Path(), help="Model folder to serve (and to train from).")
 @click.option("--model", "model_alias", type=click.Path(), hidden=True, help="Old name of --base-model.")
 @click.option(

@@ -75,16 +75,16 @@ def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def show_format_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--format text|json`` of every command that shows one record."""
+def replay_format_option(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--format text|json|yaml`` of a show command whose record a ``command --config`` file replays."""
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(["text", "json"]),
+        type=click.Choice(["text", "json", "yaml"]),
         default="text",
         show_default=True,
-        help="text: readable; json: the whole record as one JSON document.",
-    )(f)
+        help=f"text: readable; json: the whole record; yaml: a `{command} --config` file that reproduces it.",
+    )
 
 
 @functools.cache
@@ -239,8 +239,8 @@ def option_names(command: click.Command) -> dict[str, click.Parameter]:
     """Every name a config file may use for each option of ``command`` (underscored)."""
     names: dict[str, click.Parameter] = {}
     for param in command.params:
-        if not isinstance(param, click.Option) or param.name in (None, "config_file"):
-            continue
+        if not isinstance(param, click.Option) or param.hidden or param.name in (None, "config_file"):
+            continue  # a hidden option is an old name: files use the current one
         for alias in (param.name, *(opt.lstrip("-") for opt in param.opts if opt.startswith("--"))):
             names[alias.replace("-", "_")] = param
     return names
@@ -262,6 +262,8 @@ def config_file_values(command: click.Command, data: dict[str, Any], source: str
         param = names[str(key).replace("-", "_")]
         if isinstance(value, list) and not param.multiple:
             value = ",".join(str(v) for v in value)
+        elif param.multiple and not isinstance(value, list):
+            value = [value]  # one value of a repeatable option
         elif isinstance(value, dict):
             import json
 
@@ -273,3 +275,27 @@ def config_file_values(command: click.Command, data: dict[str, Any], source: str
 def given_on_command_line(ctx: click.Context, names: list[str]) -> list[str]:
     """Which of ``names`` (parameter names) the command line set itself."""
     return [n for n in names if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
+
+
+def flag_names(command: click.Command) -> dict[str, str]:
+    """Each option's parameter name -> its flag without dashes (``learning_rate`` -> ``lr``)."""
+    return {
+        str(p.name): p.opts[0].lstrip("-")
+        for p in command.params
+        if isinstance(p, click.Option) and not p.hidden
+    }
+
+
+def config_yaml(command: click.Command, settings: dict[str, Any], head: str) -> str:
+    """A ``--config`` file of ``command``: ``settings`` (keyed by parameter name) under their flags'
+    names in the command's option order, after the comment lines ``head``; unset values (None, {})
+    and non-options are left out."""
+    import yaml
+
+    body = {  # in the command's option order, as --help lists them
+        flag: settings[name]
+        for name, flag in flag_names(command).items()
+        if settings.get(name) is not None and settings[name] != {}
+    }
+    comments = "".join(f"# {line}\n" for line in head.splitlines())
+    return comments + yaml.safe_dump(body, sort_keys=False)

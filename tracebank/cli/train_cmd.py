@@ -12,13 +12,24 @@ from tracebank.cli.options import (
     CONFIG_FILE_KEY,
     config_file_option,
     config_option,
+    config_yaml,
+    flag_names,
     format_option,
     given_on_command_line,
     pass_warehouse,
+    replay_format_option,
 )
 from tracebank.cli.output import echo_rows, say
 from tracebank.cli.progress import Progress, loss
-from tracebank.train.config import BACKENDS, DPO_LOSSES, EVAL_STRATEGIES, METHODS, SAVE_METHODS, TrainConfig
+from tracebank.train.config import (
+    BACKENDS,
+    DPO_LOSSES,
+    EVAL_STRATEGIES,
+    FINETUNE,
+    METHODS,
+    SAVE_METHODS,
+    TrainConfig,
+)
 
 
 def _summary_line(record: Any) -> str:
@@ -89,6 +100,8 @@ def _train_option(name: str, *flags: str, **extra: Any) -> Any:
 @_train_option("save_total_limit")
 @_train_option("packing")
 @_train_option("attn_implementation")
+@_train_option("finetune", type=click.Choice(FINETUNE))
+@_train_option("fsdp")
 @_train_option("nproc_per_node")
 @_train_option("nnodes")
 @_train_option("node_rank")
@@ -143,7 +156,7 @@ def _refuse_settings_with_resume(names: list[str]) -> None:
     ctx = click.get_current_context()
     given = given_on_command_line(ctx, names)
     if given or ctx.meta.get(CONFIG_FILE_KEY):
-        flags = _flag_names()
+        flags = flag_names(train)
         what = ", ".join("--" + flags[n] for n in given) or "--config"
         raise UsageError(
             f"--resume continues a run with its recorded settings; {what} cannot change them",
@@ -168,14 +181,7 @@ def runs_list(wh, fmt: str) -> None:
 
 @runs.command("show")
 @click.argument("run_id")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json", "yaml"]),
-    default="text",
-    show_default=True,
-    help="text: readable; json: the whole record; yaml: a `train --config` file that reproduces the run.",
-)
+@replay_format_option("train")
 @pass_warehouse
 def runs_show(wh, run_id: str, fmt: str) -> None:
     """Show one run (an id prefix is enough): record, summary and per-step losses."""
@@ -191,32 +197,19 @@ def runs_show(wh, run_id: str, fmt: str) -> None:
         say(format_run(details))
 
 
-def _flag_names() -> dict[str, str]:
-    """Each train option's parameter name -> its flag without dashes (``learning_rate`` -> ``lr``)."""
-    return {str(p.name): p.opts[0].lstrip("-") for p in train.params if isinstance(p, click.Option)}
-
-
 def run_config_yaml(details: dict[str, Any]) -> str:
     """A ``train --config`` file of a run's effective settings, keyed by the train command's flags:
     the dataset pinned to the version it trained on, the base model as resolved."""
-    import yaml
-
     settings = {
         **details.get("hyperparameters", {}),
         "dataset": details.get("dataset"),
         "base_model": details.get("base_model"),
     }
-    flags = _flag_names()
-    body = {
-        flags.get(name, name.replace("_", "-")): value
-        for name, value in settings.items()
-        if value is not None and value != {} and name in flags
-    }
     head = (
-        f"# tracebank train --config FILE reproduces run {details.get('run_id')}\n"
-        f"# (dataset {details.get('dataset')}, content hash {details.get('content_hash')})\n"
+        f"tracebank train --config FILE reproduces run {details.get('run_id')}\n"
+        f"(dataset {details.get('dataset')}, content hash {details.get('content_hash')})"
     )
-    return head + yaml.safe_dump(body, sort_keys=False)
+    return config_yaml(train, settings, head)
 
 
 @click.command()

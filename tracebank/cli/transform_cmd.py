@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from tracebank.cli.options import config_option, format_option, pass_warehouse, show_format_option
+from tracebank.cli.options import (
+    config_file_option,
+    config_option,
+    config_yaml,
+    format_option,
+    pass_warehouse,
+    replay_format_option,
+)
 from tracebank.cli.output import say
 from tracebank.transform.config import (
     ENGINES,
@@ -40,9 +47,15 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
 
 
 @click.command()
+@config_file_option
 @config_option(TransformConfig, "name", "--dataset", required=False, metavar="NAME")
 @click.option(
-    "--name", hidden=True, expose_value=False, callback=_dataset_alias, help="Old name of --dataset."
+    "--name",
+    "dataset_alias",
+    hidden=True,
+    expose_value=False,
+    callback=_dataset_alias,
+    help="Old name of --dataset.",
 )
 @config_option(TransformConfig, "collections", "--collection", multiple=True, metavar="ID", default=())
 @config_option(TransformConfig, "top_fraction")
@@ -245,9 +258,26 @@ def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def dataset_config_yaml(ref: Any, record: Any) -> str:
+    """A ``transform --config`` file of the options version ``ref`` was built with, its collections
+    pinned to the ones it read (a version from before the manifest recorded ``config`` gives its
+    ``params``: every option that shapes the rows)."""
+    given = record.config if record.config is not None else record.params
+    settings = {k: v for k, v in given.items() if k not in ("agl1", "preference")}
+    settings.update(given.get("agl1") or {})
+    settings.update(given.get("preference") or {})
+    if not settings.get("collections"):
+        settings["collections"] = sorted(s["collection_id"] for s in record.sources)
+    head = (
+        f"tracebank transform --config FILE rebuilds {ref} (content hash {record.content_hash});\n"
+        "an identical build writes nothing, --force writes it again as a new version"
+    )
+    return config_yaml(transform, settings, head)
+
+
 @datasets.command("show")
 @click.argument("ref", metavar="NAME[@vN]")
-@show_format_option
+@replay_format_option("transform")
 @click.option("--json", "as_json", is_flag=True, hidden=True, help="Old name of --format json.")
 @pass_warehouse
 def show_cmd(wh: Any, ref: str, fmt: str, as_json: bool) -> None:
@@ -257,7 +287,9 @@ def show_cmd(wh: Any, ref: str, fmt: str, as_json: bool) -> None:
     wh.check_format()
     resolved, folder, record = resolve_dataset(wh, ref)
     manifest = record.to_json()
-    if as_json or fmt == "json":
+    if fmt == "yaml" and not as_json:
+        click.echo(dataset_config_yaml(resolved, record), nl=False)
+    elif as_json or fmt == "json":
         click.echo(json.dumps(manifest, indent=2, sort_keys=True))
     else:
         say(show_text(resolved, folder, manifest))

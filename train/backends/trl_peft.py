@@ -88,3 +88,17 @@ class TrlPeftBackend:
         merged.save_pretrained(out_dir)
         tokenizer.save_pretrained(out_dir)
         return {"save": "merged_16bit", "dtype": resolved.save_dtype}
+
+
+def save_whole(
+    model: Any, tokenizer: Any, out_dir: str, dtype_name: str, state_dict: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Write a fully fine-tuned model in ``dtype_name`` (from ``state_dict`` when FSDP gathered it)."""
+    dtype = _dtype(dtype_name)
+    if state_dict is None:
+        model.to(dtype).save_pretrained(out_dir)
+    else:
+        weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state_dict.items()}
+        model.save_pretrained(out_dir, state_dict=weights)
+    tokenizer.save_pretrained(out_dir)
+    return {"save": "full", "dtype": dtype_name}
