@@ -16,7 +16,11 @@ a fresh process, whose peak RSS (VmHWM) is that run's alone:
   into an empty warehouse and (the largest store) into a copy of the largest warehouse.
 
 Every run of a size must give the same content hash. Sizes come from
-``TRACEBANK_SCALE_SIZES`` (millions of tokens, default ``5,50,200``).
+``TRACEBANK_SCALE_SIZES`` (millions of tokens, default ``5,50,200,1000``; the 1 B-token
+warehouse takes about 10 minutes and 6 GB of disk to generate, once).
+
+Beside each warm run, the ceiling (``CEILING_CHILD``): the same rows read from silver and
+written with pyarrow alone; the warm transform's tokens/s is reported as a fraction of it.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from tracebank.warehouse.layout import cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR_VERSION = 1
-SIZES = [int(s) for s in os.environ.get("TRACEBANK_SCALE_SIZES", "5,50,200").split(",") if s]
+SIZES = [int(s) for s in os.environ.get("TRACEBANK_SCALE_SIZES", "5,50,200,1000").split(",") if s]
 # The store holds every span in memory (about 25x their Parquet size); bigger sizes skip collect.
 COLLECT_MAX = int(os.environ.get("TRACEBANK_SCALE_COLLECT_MAX", "50"))
 CACHE = cache_dir() / "bench-scale"  # $TRACEBANK_CACHE_DIR moves it
@@ -57,6 +61,69 @@ r = transform(wh, TransformConfig(name="scale", engine=engine, address=address))
 print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "base": base,
                   "peak": hwm(), "hash": r.manifest["content_hash"], "rows": r.manifest["rows"],
                   "tokens": r.manifest["stats"]["tokens"], "silver": r.manifest["counts"]["silver"]}))
+"""
+
+
+# The ceiling (issue 21): the silver token columns of every call read and the same rows
+# (input_ids = prompt + response, attention_mask, labels) written with pyarrow alone: the
+# transform's Parquet options and row groups of its piece size, rows in silver order, no
+# selection, no shuffle, no digest or file hash, one thread of Python. With the default options
+# every call is a row, so this writes the very rows the transform does (in another order).
+CEILING_CHILD = """
+import json, sys, tempfile, time
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tracebank.transform.writer import PARQUET_OPTIONS, PIECE_TOKENS
+from tracebank.warehouse import catalog
+from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import files_of
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+def rows(prompts, responses):
+    po, ro = prompts.offsets.to_numpy(), responses.offsets.to_numpy()
+    pv, rv = prompts.values.to_numpy(), responses.values.to_numpy()
+    ignore = np.full(int(np.diff(po).max()), -100, np.int32)
+    ids, labels, p, r = [], [], po.tolist(), ro.tolist()
+    for i in range(len(p) - 1):
+        ids += [pv[p[i]:p[i + 1]], rv[r[i]:r[i + 1]]]
+        labels += [ignore[:p[i + 1] - p[i]], rv[r[i]:r[i + 1]]]
+    ids, labels = np.concatenate(ids), np.concatenate(labels)
+    offsets = pa.array(po - po[0] + ro - ro[0], pa.int32())
+    mask = np.ones(len(ids), np.int32)
+    return [pa.ListArray.from_arrays(offsets, pa.array(v)) for v in (ids, mask, labels)]
+wh = Warehouse.resolve(sys.argv[1])
+files = [f for folder, m in catalog.silver_caches(wh) for f in files_of(folder, m, "llm_calls")]
+names = ["input_ids", "attention_mask", "labels"]
+schema = pa.schema([pa.field(n, pa.list_(pa.int32())) for n in names])
+base = hwm()
+t0, c0 = time.perf_counter(), time.process_time()
+tokens = 0
+tmp = tempfile.TemporaryDirectory(dir=wh.root)
+with tmp, pq.ParquetWriter(f"{tmp.name}/rows.parquet", schema, **PARQUET_OPTIONS) as out:
+    held, n = [], 0
+    def flush():
+        table = pa.Table.from_batches(held).combine_chunks()
+        out.write_table(table, row_group_size=table.num_rows)
+    for path in files:
+        parquet = pq.ParquetFile(path)
+        for g in range(parquet.num_row_groups):
+            part = parquet.read_row_group(g, columns=["prompt_token_ids", "response_token_ids"])
+            part = part.combine_chunks()
+            arrays = rows(part.column(0).chunk(0), part.column(1).chunk(0))
+            batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+            held.append(batch)
+            n += len(batch.column(0).values)
+            if n >= PIECE_TOKENS:
+                flush()
+                tokens, held, n = tokens + n, [], 0
+    if held:
+        flush()
+        tokens += n
+print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "base": base,
+                  "peak": hwm(), "tokens": tokens}))
 """
 
 
@@ -207,10 +274,14 @@ def run() -> str:
         "workers). Its peak RSS is the driver's (ray.init adds "
         "Ray's core worker to the process); the workers' is not measured here.",
         "",
+        f"Machine: {_machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
+        f"(1, 5, 15 min) at the start: {_load()}.",
+        "",
         "| tokens | run | seconds | CPU s (driver) | tokens/s | peak RSS | notes |",
         "|---:|---|---:|---:|---:|---:|---|",
     ]
     summary: list[tuple[int, float, float, float]] = []
+    rates: list[tuple[int, float, float, float]] = []
     collect_rows = []
     with ray_cluster() as cluster:
         for size in SIZES:
@@ -218,6 +289,9 @@ def run() -> str:
             shutil.rmtree(root / "datasets", ignore_errors=True)  # versions of earlier runs
             cold = _child(CHILD, str(root), "local", "", "cold")
             warm = _child(CHILD, str(root), "local", "", "warm")
+            ceiling = _child(CEILING_CHILD, str(root))
+            if ceiling["tokens"] != warm["tokens"]:
+                raise AssertionError(f"{size} M tokens: the ceiling wrote {ceiling['tokens']} tokens")
             ray_run = _child(CHILD, str(root), "ray", cluster.address, "warm", env=cluster.env)
             hashes = {cold["hash"], warm["hash"], ray_run["hash"]}
             if len(hashes) != 1:
@@ -229,12 +303,26 @@ def run() -> str:
             )
             lines += [
                 _row("transform, cold", size, cold, note),
-                _row("transform, warm", size, warm, f"{warm['rows']:,} rows"),
+                _row(
+                    "transform, warm",
+                    size,
+                    warm,
+                    f"{warm['rows']:,} rows; {ceiling['s'] / warm['s']:.2f} of the ceiling",
+                ),
+                _row(
+                    "ceiling: pyarrow read + write of the same rows",
+                    size,
+                    ceiling,
+                    "one thread, no selection",
+                ),
                 _row(
                     "transform, warm, --engine ray", size, ray_run, "driver only (Ray's core worker included)"
                 ),
             ]
             summary.append((size, cold["peak"], warm["peak"], ray_run["peak"]))
+            rates.append(
+                (size, warm["tokens"] / warm["s"], cold["tokens"] / cold["s"], ceiling["s"] / warm["s"])
+            )
             shutil.rmtree(root / "datasets", ignore_errors=True)  # the cache keeps inputs only
     collect_sizes = [s for s in SIZES if s <= COLLECT_MAX]
     for size in collect_sizes:
@@ -254,6 +342,7 @@ def run() -> str:
             f"to {r1:.0f} MiB ({(r1 / r0 - 1) * 100:+.0f}%): the driver copies each piece's rows "
             "out for the content hash, and holds the jobs (rows and token indices) of 16 pieces at a time.",
         ]
+    lines += _linearity(rates)
     if collect_rows:
         lines += [
             "",
@@ -269,6 +358,31 @@ def run() -> str:
         ]
     lines += ["", f"Load average (1, 5, 15 min) when this section ended: {_load()}."]
     return "\n".join(lines) + "\n"
+
+
+def _linearity(rates: list[tuple[int, float, float, float]]) -> list[str]:
+    """Tokens/s of the largest size against 200 M (or the next smaller size), and the ceiling."""
+    if len(rates) < 2:
+        return []
+    big = rates[-1]
+    ref = next((r for r in rates if r[0] == 200), rates[-2])
+    fractions = ", ".join(f"{size} M {frac:.2f}" for size, _, _, frac in rates)
+    return [
+        "",
+        f"Linearity: warm tokens/s at {big[0]} M is {big[1] / ref[1]:.2f}x that at {ref[0]} M "
+        f"(goal: within 10%), cold {big[2] / ref[2]:.2f}x. Warm transform as a fraction of the "
+        f"ceiling's tokens/s: {fractions} (goal >= 0.5).",
+    ]
+
+
+def _machine() -> str:
+    """Cores and CPU model (the bench runs on shared machines: read it beside the load)."""
+    model = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return f"{os.cpu_count()} cores, {model}"
 
 
 def _load() -> str:
