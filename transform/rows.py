@@ -50,6 +50,15 @@ class CallTokens:
     response_values: np.ndarray | None = None
     prompt_path: Path | None = None
     response_path: Path | None = None
+    prompt_starts: np.ndarray | None = None
+    """Where each call's prompt starts, when not at the previous one's end (``transform.spill``
+    stores a prompt that extends the one before as what it adds); a prompt always ends at the
+    next offset."""
+
+    def prompt_bounds(self, tok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) of calls ``tok``'s prompts in the prompt values."""
+        starts = self.prompt_offsets[tok] if self.prompt_starts is None else self.prompt_starts[tok]
+        return starts, self.prompt_offsets[tok + 1]
 
     @classmethod
     def from_arrow(
@@ -74,9 +83,9 @@ class CallTokens:
     def lists(self, tok: np.ndarray) -> tuple[pa.Array, pa.Array]:
         """(prompt, response) list arrays of calls ``tok`` (only used by the merge check)."""
         out = []
+        ro = self.response_offsets
         with self.values() as (pv, rv):
-            for values, offsets in ((pv, self.prompt_offsets), (rv, self.response_offsets)):
-                lo, hi = offsets[tok], offsets[tok + 1]
+            for values, (lo, hi) in ((pv, self.prompt_bounds(tok)), (rv, (ro[tok], ro[tok + 1]))):
                 new_off = np.zeros(len(tok) + 1, np.int64)
                 np.cumsum(hi - lo, out=new_off[1:])
                 vals = (
@@ -212,8 +221,8 @@ class RowTokens:
         starts = np.cumsum(sizes) - sizes
         calls = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(starts - first, sizes)
         tok = self.tok[calls]
-        po, ro = t.prompt_offsets, t.response_offsets
-        p_lo, p_hi = po[tok].tolist(), po[tok + 1].tolist()
+        ro = t.response_offsets
+        p_lo, p_hi = (bound.tolist() for bound in t.prompt_bounds(tok))
         r_lo, r_hi = ro[tok].tolist(), ro[tok + 1].tolist()
         plen, rlen = self.prompt_len[calls].tolist(), self.response_len[calls].tolist()
         lengths = self.prompt_len[last] + self.response_len[last]
