@@ -127,6 +127,45 @@ print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": time.process_time() - 
 """
 
 
+# Where a cold transform's silver build goes (issue 21): one collection's silver computed step by
+# step, CPU seconds of each (DuckDB runs one thread, as the build does). The calls query is run
+# once without its prompt-id parse (the JSON extraction alone) and once whole; the difference is
+# turning the prompt token text into int lists.
+COLD_PARTS_CHILD = """
+import json, sys, time
+import duckdb
+from tracebank.collect import silver
+from tracebank.warehouse.location import Warehouse
+wh = Warehouse.resolve(sys.argv[1])
+cid = sys.argv[2]
+con = duckdb.connect(":memory:", config={"threads": silver.SILVER_THREADS})
+calls_sql = silver._CALLS_SQL.replace("{valid}", "")
+json_only = calls_sql.replace(silver.fast_sql("prompt_text"), "NULL::INTEGER[]")
+cpu = {}
+def timed(name, fn, *args):
+    c = time.process_time()
+    out = fn(*args)
+    cpu[name] = cpu.get(name, 0.0) + time.process_time() - c
+    return out
+pieces = []
+batches = timed("read", lambda: list(silver.span_batches(silver.span_files(wh, cid))))
+for spans in batches:
+    timed("register", silver.register_spans, con, spans)
+    timed("calls_json", lambda: con.sql(json_only).to_arrow_table())
+    timed("calls_prompt_ids", lambda: con.sql(calls_sql).to_arrow_table())
+    calls = timed("calls_all", silver.extract_calls, con, cid)
+    rewards = timed("rewards", silver.extract_rewards, con, cid)
+    messages = timed("messages", silver.extract_messages, con, cid)
+    pieces.append({"llm_calls": calls, "rewards": rewards, "messages": messages})
+timed("write", silver.write_silver, wh, cid, pieces)
+tokens = sum(int(p["llm_calls"].column("prompt_len").to_numpy().sum()) for p in pieces)
+tokens += sum(int(p["llm_calls"].column("response_len").to_numpy().sum()) for p in pieces)
+attrs = sum(b.column("attributes").nbytes for b in batches)
+spans = sum(b.num_rows for b in batches)
+print(json.dumps({"cpu": cpu, "tokens": tokens, "attr_mib": attrs / 2**20, "spans": spans}))
+"""
+
+
 COLLECT_CHILD = """
 import json, sys, time
 from tracebank.collect import collect
@@ -343,6 +382,7 @@ def run() -> str:
             "out for the content hash, and holds the jobs (rows and token indices) of 16 pieces at a time.",
         ]
     lines += _linearity(rates)
+    lines += _cold_parts(_warehouse(SIZES[-1])[0])
     if collect_rows:
         lines += [
             "",
@@ -358,6 +398,37 @@ def run() -> str:
         ]
     lines += ["", f"Load average (1, 5, 15 min) when this section ended: {_load()}."]
     return "\n".join(lines) + "\n"
+
+
+def _cold_parts(root: Path) -> list[str]:
+    """Where one collection's silver build (a cold transform's first step) spends its CPU."""
+    cid = sorted(p.name for p in (root / "collections").iterdir() if p.is_dir())[0]
+    r = _child(COLD_PARTS_CHILD, str(root), cid)
+    c = r["cpu"]
+    # calls_all is the whole call extraction (its query, then the response ids parsed in Python
+    # and Arrow); the query's two runs split it into JSON extraction and the prompt-id parse.
+    prompt_ids = max(c["calls_prompt_ids"] - c["calls_json"], 0.0)
+    rest_calls = max(c["calls_all"] - c["calls_prompt_ids"], 0.0)
+    parts = [
+        ("reading the bronze span files (Parquet, zstd)", c["read"] + c["register"]),
+        ("JSON: extracting the call spans' attributes (DuckDB)", c["calls_json"]),
+        ("token text -> int lists: prompts (DuckDB from_json)", prompt_ids),
+        ("token text -> int lists: responses, choices (Arrow, polars regex)", rest_calls),
+        ("JSON: chat messages and rewards (DuckDB, Python)", c["messages"] + c["rewards"]),
+        ("writing the silver Parquet (encode, hash)", c["write"]),
+    ]
+    total = sum(v for _, v in parts)
+    rows = [f"| {name} | {v:.2f} | {100 * v / total:.0f}% |" for name, v in parts]
+    return [
+        "",
+        f"Where a cold transform goes: the silver build of one collection ({r['spans']:,} spans, "
+        f"{r['attr_mib']:.0f} MiB of attribute text, {r['tokens'] / 1e6:.1f} M tokens), step by step, "
+        f"in one process: {total:.1f} CPU s, {r['tokens'] / total / 1e6:.1f} M tokens per CPU second.",
+        "",
+        "| step | CPU s | share |",
+        "|---|---:|---:|",
+        *rows,
+    ]
 
 
 def _linearity(rates: list[tuple[int, float, float, float]]) -> list[str]:
