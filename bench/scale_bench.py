@@ -273,6 +273,15 @@ def _warehouse(millions: int) -> tuple[Path, dict[str, float]]:
     return root, info
 
 
+def _sweep(root: Path) -> None:
+    """Remove what the cold run's silver rebuild left behind (the silver files it replaced), so
+    the cached warehouse does not grow by a silver cache each run."""
+    from tracebank.warehouse.gc import gc
+    from tracebank.warehouse.location import Warehouse
+
+    gc(Warehouse.resolve(str(root)), min_age_s=0)
+
+
 def _child(script: str, *args: str, env: dict[str, str] | None = None) -> dict:
     """Run ``script`` in a fresh Python process; the JSON object its last line prints."""
     out = subprocess.run(
@@ -364,6 +373,7 @@ def run() -> str:
                 (size, warm["tokens"] / warm["s"], cold["tokens"] / cold["s"], ceiling["s"] / warm["s"])
             )
             shutil.rmtree(root / "datasets", ignore_errors=True)  # the cache keeps inputs only
+            _sweep(root)
     collect_sizes = [s for s in SIZES if s <= COLLECT_MAX]
     for size in collect_sizes:
         # The largest store is also collected into the largest warehouse: collect's memory
