@@ -16,7 +16,11 @@ a fresh process, whose peak RSS (VmHWM) is that run's alone:
   into an empty warehouse and (the largest store) into a copy of the largest warehouse.
 
 Every run of a size must give the same content hash. Sizes come from
-``TRACEBANK_SCALE_SIZES`` (millions of tokens, default ``5,50,200``).
+``TRACEBANK_SCALE_SIZES`` (millions of tokens, default ``5,50,200,1000``; the 1 B-token
+warehouse takes about 10 minutes and 6 GB of disk to generate, once).
+
+Beside each warm run, the ceiling (``CEILING_CHILD``): the same rows read from silver and
+written with pyarrow alone; the warm transform's tokens/s is reported as a fraction of it.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from tracebank.warehouse.layout import cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR_VERSION = 1
-SIZES = [int(s) for s in os.environ.get("TRACEBANK_SCALE_SIZES", "5,50,200").split(",") if s]
+SIZES = [int(s) for s in os.environ.get("TRACEBANK_SCALE_SIZES", "5,50,200,1000").split(",") if s]
 # The store holds every span in memory (about 25x their Parquet size); bigger sizes skip collect.
 COLLECT_MAX = int(os.environ.get("TRACEBANK_SCALE_COLLECT_MAX", "50"))
 CACHE = cache_dir() / "bench-scale"  # $TRACEBANK_CACHE_DIR moves it
@@ -57,6 +61,108 @@ r = transform(wh, TransformConfig(name="scale", engine=engine, address=address))
 print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "base": base,
                   "peak": hwm(), "hash": r.manifest["content_hash"], "rows": r.manifest["rows"],
                   "tokens": r.manifest["stats"]["tokens"], "silver": r.manifest["counts"]["silver"]}))
+"""
+
+
+# The ceiling (issue 21): the silver token columns of every call read and the same rows
+# (input_ids = prompt + response, attention_mask, labels) written with pyarrow alone: the
+# transform's Parquet options and row groups of its piece size, rows in silver order, no
+# selection, no shuffle, no digest or file hash, one thread of Python. With the default options
+# every call is a row, so this writes the very rows the transform does (in another order).
+CEILING_CHILD = """
+import json, sys, tempfile, time
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tracebank.transform.writer import PARQUET_OPTIONS, PIECE_TOKENS
+from tracebank.warehouse import catalog
+from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import files_of
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+def rows(prompts, responses):
+    po, ro = prompts.offsets.to_numpy(), responses.offsets.to_numpy()
+    pv, rv = prompts.values.to_numpy(), responses.values.to_numpy()
+    ignore = np.full(int(np.diff(po).max()), -100, np.int32)
+    ids, labels, p, r = [], [], po.tolist(), ro.tolist()
+    for i in range(len(p) - 1):
+        ids += [pv[p[i]:p[i + 1]], rv[r[i]:r[i + 1]]]
+        labels += [ignore[:p[i + 1] - p[i]], rv[r[i]:r[i + 1]]]
+    ids, labels = np.concatenate(ids), np.concatenate(labels)
+    offsets = pa.array(po - po[0] + ro - ro[0], pa.int32())
+    mask = np.ones(len(ids), np.int32)
+    return [pa.ListArray.from_arrays(offsets, pa.array(v)) for v in (ids, mask, labels)]
+wh = Warehouse.resolve(sys.argv[1])
+files = [f for folder, m in catalog.silver_caches(wh) for f in files_of(folder, m, "llm_calls")]
+names = ["input_ids", "attention_mask", "labels"]
+schema = pa.schema([pa.field(n, pa.list_(pa.int32())) for n in names])
+base = hwm()
+t0, c0 = time.perf_counter(), time.process_time()
+tokens = 0
+tmp = tempfile.TemporaryDirectory(dir=wh.root)
+with tmp, pq.ParquetWriter(f"{tmp.name}/rows.parquet", schema, **PARQUET_OPTIONS) as out:
+    held, n = [], 0
+    def flush():
+        table = pa.Table.from_batches(held).combine_chunks()
+        out.write_table(table, row_group_size=table.num_rows)
+    for path in files:
+        parquet = pq.ParquetFile(path)
+        for g in range(parquet.num_row_groups):
+            part = parquet.read_row_group(g, columns=["prompt_token_ids", "response_token_ids"])
+            part = part.combine_chunks()
+            arrays = rows(part.column(0).chunk(0), part.column(1).chunk(0))
+            batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+            held.append(batch)
+            n += len(batch.column(0).values)
+            if n >= PIECE_TOKENS:
+                flush()
+                tokens, held, n = tokens + n, [], 0
+    if held:
+        flush()
+        tokens += n
+print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "base": base,
+                  "peak": hwm(), "tokens": tokens}))
+"""
+
+
+# Where a cold transform's silver build goes (issue 21): one collection's silver computed step by
+# step, CPU seconds of each (DuckDB runs one thread, as the build does). The calls query is run
+# once without its prompt-id parse (the JSON extraction alone) and once whole; the difference is
+# turning the prompt token text into int lists.
+COLD_PARTS_CHILD = """
+import json, sys, time
+import duckdb
+from tracebank.collect import silver
+from tracebank.warehouse.location import Warehouse
+wh = Warehouse.resolve(sys.argv[1])
+cid = sys.argv[2]
+con = duckdb.connect(":memory:", config={"threads": silver.SILVER_THREADS})
+calls_sql = silver._CALLS_SQL.replace("{valid}", "")
+json_only = calls_sql.replace(silver.fast_sql("prompt_text"), "NULL::INTEGER[]")
+cpu = {}
+def timed(name, fn, *args):
+    c = time.process_time()
+    out = fn(*args)
+    cpu[name] = cpu.get(name, 0.0) + time.process_time() - c
+    return out
+pieces = []
+batches = timed("read", lambda: list(silver.span_batches(silver.span_files(wh, cid))))
+for spans in batches:
+    timed("register", silver.register_spans, con, spans)
+    timed("calls_json", lambda: con.sql(json_only).to_arrow_table())
+    timed("calls_prompt_ids", lambda: con.sql(calls_sql).to_arrow_table())
+    calls = timed("calls_all", silver.extract_calls, con, cid)
+    rewards = timed("rewards", silver.extract_rewards, con, cid)
+    messages = timed("messages", silver.extract_messages, con, cid)
+    pieces.append({"llm_calls": calls, "rewards": rewards, "messages": messages})
+timed("write", silver.write_silver, wh, cid, pieces)
+tokens = sum(int(p["llm_calls"].column("prompt_len").to_numpy().sum()) for p in pieces)
+tokens += sum(int(p["llm_calls"].column("response_len").to_numpy().sum()) for p in pieces)
+attrs = sum(b.column("attributes").nbytes for b in batches)
+spans = sum(b.num_rows for b in batches)
+print(json.dumps({"cpu": cpu, "tokens": tokens, "attr_mib": attrs / 2**20, "spans": spans}))
 """
 
 
@@ -167,6 +273,15 @@ def _warehouse(millions: int) -> tuple[Path, dict[str, float]]:
     return root, info
 
 
+def _sweep(root: Path) -> None:
+    """Remove what the cold run's silver rebuild left behind (the silver files it replaced), so
+    the cached warehouse does not grow by a silver cache each run."""
+    from tracebank.warehouse.gc import gc
+    from tracebank.warehouse.location import Warehouse
+
+    gc(Warehouse.resolve(str(root)), min_age_s=0)
+
+
 def _child(script: str, *args: str, env: dict[str, str] | None = None) -> dict:
     """Run ``script`` in a fresh Python process; the JSON object its last line prints."""
     out = subprocess.run(
@@ -201,16 +316,21 @@ def run() -> str:
         "Each run is a fresh process; peak RSS is its VmHWM (in brackets: after imports). "
         "Cold rebuilds every silver cache from the bronze spans; warm reads them. The Ray engine "
         "ran on a local cluster of a head and a worker node (1 CPU each) on this same 2-core "
-        "machine, so it cannot be faster here: the numbers show its overhead (start-up of the "
-        "Ray Data jobs, spilling tokens per collection, copying each piece's rows out on the "
-        "driver for the content hash before the workers write them with it, shipping pieces to "
-        "workers). Its peak RSS is the driver's (ray.init adds "
+        "machine. It pays for start-up of the Ray Data jobs, spilling tokens per collection, "
+        "copying each piece's rows out on the driver for the content hash before the workers "
+        "write them with it, and shipping pieces to workers; it gains two encoders at once (a "
+        "file per piece), where the local engine encodes its one file per split on one thread "
+        "(see below). Its peak RSS is the driver's (ray.init adds "
         "Ray's core worker to the process); the workers' is not measured here.",
+        "",
+        f"Machine: {_machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
+        f"(1, 5, 15 min) at the start: {_load()}.",
         "",
         "| tokens | run | seconds | CPU s (driver) | tokens/s | peak RSS | notes |",
         "|---:|---|---:|---:|---:|---:|---|",
     ]
     summary: list[tuple[int, float, float, float]] = []
+    rates: list[tuple[int, float, float, float]] = []
     collect_rows = []
     with ray_cluster() as cluster:
         for size in SIZES:
@@ -218,6 +338,9 @@ def run() -> str:
             shutil.rmtree(root / "datasets", ignore_errors=True)  # versions of earlier runs
             cold = _child(CHILD, str(root), "local", "", "cold")
             warm = _child(CHILD, str(root), "local", "", "warm")
+            ceiling = _child(CEILING_CHILD, str(root))
+            if ceiling["tokens"] != warm["tokens"]:
+                raise AssertionError(f"{size} M tokens: the ceiling wrote {ceiling['tokens']} tokens")
             ray_run = _child(CHILD, str(root), "ray", cluster.address, "warm", env=cluster.env)
             hashes = {cold["hash"], warm["hash"], ray_run["hash"]}
             if len(hashes) != 1:
@@ -229,13 +352,28 @@ def run() -> str:
             )
             lines += [
                 _row("transform, cold", size, cold, note),
-                _row("transform, warm", size, warm, f"{warm['rows']:,} rows"),
+                _row(
+                    "transform, warm",
+                    size,
+                    warm,
+                    f"{warm['rows']:,} rows; {ceiling['s'] / warm['s']:.2f} of the ceiling",
+                ),
+                _row(
+                    "ceiling: pyarrow read + write of the same rows",
+                    size,
+                    ceiling,
+                    "one thread, no selection",
+                ),
                 _row(
                     "transform, warm, --engine ray", size, ray_run, "driver only (Ray's core worker included)"
                 ),
             ]
             summary.append((size, cold["peak"], warm["peak"], ray_run["peak"]))
+            rates.append(
+                (size, warm["tokens"] / warm["s"], cold["tokens"] / cold["s"], ceiling["s"] / warm["s"])
+            )
             shutil.rmtree(root / "datasets", ignore_errors=True)  # the cache keeps inputs only
+            _sweep(root)
     collect_sizes = [s for s in SIZES if s <= COLLECT_MAX]
     for size in collect_sizes:
         # The largest store is also collected into the largest warehouse: collect's memory
@@ -254,6 +392,8 @@ def run() -> str:
             f"to {r1:.0f} MiB ({(r1 / r0 - 1) * 100:+.0f}%): the driver copies each piece's rows "
             "out for the content hash, and holds the jobs (rows and token indices) of 16 pieces at a time.",
         ]
+    lines += _linearity(rates)
+    lines += _cold_parts(_warehouse(SIZES[-1])[0])
     if collect_rows:
         lines += [
             "",
@@ -269,6 +409,62 @@ def run() -> str:
         ]
     lines += ["", f"Load average (1, 5, 15 min) when this section ended: {_load()}."]
     return "\n".join(lines) + "\n"
+
+
+def _cold_parts(root: Path) -> list[str]:
+    """Where one collection's silver build (a cold transform's first step) spends its CPU."""
+    cid = sorted(p.name for p in (root / "collections").iterdir() if p.is_dir())[0]
+    r = _child(COLD_PARTS_CHILD, str(root), cid)
+    c = r["cpu"]
+    # calls_all is the whole call extraction (its query, then the response ids parsed in Python
+    # and Arrow); the query's two runs split it into JSON extraction and the prompt-id parse.
+    prompt_ids = max(c["calls_prompt_ids"] - c["calls_json"], 0.0)
+    rest_calls = max(c["calls_all"] - c["calls_prompt_ids"], 0.0)
+    parts = [
+        ("reading the bronze span files (Parquet, zstd)", c["read"] + c["register"]),
+        ("JSON: extracting the call spans' attributes (DuckDB)", c["calls_json"]),
+        ("token text -> int lists: prompts (DuckDB from_json)", prompt_ids),
+        ("token text -> int lists: responses, choices (Arrow, polars regex)", rest_calls),
+        ("JSON: chat messages and rewards (DuckDB, Python)", c["messages"] + c["rewards"]),
+        ("writing the silver Parquet (encode, hash)", c["write"]),
+    ]
+    total = sum(v for _, v in parts)
+    rows = [f"| {name} | {v:.2f} | {100 * v / total:.0f}% |" for name, v in parts]
+    return [
+        "",
+        f"Where a cold transform goes: the silver build of one collection ({r['spans']:,} spans, "
+        f"{r['attr_mib']:.0f} MiB of attribute text, {r['tokens'] / 1e6:.1f} M tokens), step by step, "
+        f"in one process: {total:.1f} CPU s, {r['tokens'] / total / 1e6:.1f} M tokens per CPU second.",
+        "",
+        "| step | CPU s | share |",
+        "|---|---:|---:|",
+        *rows,
+    ]
+
+
+def _linearity(rates: list[tuple[int, float, float, float]]) -> list[str]:
+    """Tokens/s of the largest size against 200 M (or the next smaller size), and the ceiling."""
+    if len(rates) < 2:
+        return []
+    big = rates[-1]
+    ref = next((r for r in rates if r[0] == 200), rates[-2])
+    fractions = ", ".join(f"{size} M {frac:.2f}" for size, _, _, frac in rates)
+    return [
+        "",
+        f"Linearity: warm tokens/s at {big[0]} M is {big[1] / ref[1]:.2f}x that at {ref[0]} M "
+        f"(goal: within 10%), cold {big[2] / ref[2]:.2f}x. Warm transform as a fraction of the "
+        f"ceiling's tokens/s: {fractions} (goal >= 0.5).",
+    ]
+
+
+def _machine() -> str:
+    """Cores and CPU model (the bench runs on shared machines: read it beside the load)."""
+    model = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return f"{os.cpu_count()} cores, {model}"
 
 
 def _load() -> str:

@@ -185,21 +185,28 @@ def _table(rows: list[dict[str, Any]], schema: pa.Schema, cid: str) -> pa.Table:
     )
 
 
-def build_warehouse(root: Path, tokens: int, seed: int = 13) -> Built:
-    """A warehouse at ``root`` holding at least ``tokens`` tokens of rollouts."""
+def build_warehouse(root: Path, tokens: int, seed: int = 13, rollouts: int | None = None) -> Built:
+    """A warehouse at ``root`` holding at least ``tokens`` tokens of rollouts (or, when
+    ``rollouts`` is given, that many rollouts, whatever their tokens)."""
+    if rollouts is not None:
+        tokens = 1 << 62
+
+    def more() -> bool:
+        return total.tokens < tokens and (rollouts is None or total.rollouts < rollouts)
+
     wh = Warehouse(root).init()
     storage = Storage(wh)
     rng = np.random.default_rng(seed)
     total = Built(0, 0, 0, 0, 0)
     t0 = 1_700_000_000.0
-    while total.tokens < tokens:
+    while more():
         cid = f"20260101T{total.collections:06d}000000-scale{total.collections:03d}"
         folder = wh.collection_dir(cid)
         spans = _SpanRows(storage, folder, cid)
-        rollouts, attempts = [], []
-        while len(rollouts) < ROLLOUTS_PER_COLLECTION and total.tokens < tokens:
+        rows, attempts = [], []
+        while len(rows) < ROLLOUTS_PER_COLLECTION and more():
             rollout, attempt, calls, n = _rollout(rng, spans, total.rollouts, t0)
-            rollouts.append(rollout)
+            rows.append(rollout)
             attempts.append(attempt)
             total.rollouts += 1
             total.calls += calls
@@ -207,7 +214,7 @@ def build_warehouse(root: Path, tokens: int, seed: int = 13) -> Built:
         spans.flush()
         files = [
             storage.write_table(
-                folder, "rollouts-0000.parquet", _table(rollouts, schemas.ROLLOUTS, cid), "rollouts"
+                folder, "rollouts-0000.parquet", _table(rows, schemas.ROLLOUTS, cid), "rollouts"
             ),
             storage.write_table(
                 folder, "attempts-0000.parquet", _table(attempts, schemas.ATTEMPTS, cid), "attempts"
@@ -219,7 +226,7 @@ def build_warehouse(root: Path, tokens: int, seed: int = 13) -> Built:
             created_at=dt.datetime.now(dt.UTC).isoformat(),
             tag="scale-bench",
             store_url="bench://scale_data",
-            counts={"rollouts": len(rollouts), "attempts": len(attempts), "spans": spans.count},
+            counts={"rollouts": len(rows), "attempts": len(attempts), "spans": spans.count},
             files=files,
         )
         storage.commit_collection(folder, manifest)

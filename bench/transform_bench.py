@@ -140,6 +140,25 @@ print(json.dumps({"warm_s": times, "warm_cpu_s": cpu, "hashes": sorted(hashes), 
 
 WARM_RUNS = int(os.environ.get("TRANSFORM_BENCH_WARM_RUNS", "9"))
 GOAL = 50.0
+# The whole `tracebank transform` process on long trajectories (issue 21): rollouts and runs.
+LONG_ROLLOUTS = int(os.environ.get("TRANSFORM_BENCH_LONG_ROLLOUTS", "500"))
+WHOLE_RUNS = int(os.environ.get("TRANSFORM_BENCH_WHOLE_RUNS", "7"))
+WHOLE_GOAL = 25.0
+
+# The rows of the newest version of dataset "bench", digested like the oracle's.
+VERSION_DIGEST = (
+    _DIGEST
+    + """
+import json, sys
+import pyarrow.parquet as pq
+from tracebank.warehouse import catalog
+from tracebank.warehouse.location import Warehouse
+folder, manifest = catalog.dataset_versions(Warehouse.resolve(sys.argv[1]), "bench")[-1]
+rows = pq.read_table(folder / "train.parquet").to_pylist()
+print(json.dumps({"digest": digest(rows), "rows": manifest.rows, "hash": manifest.content_hash,
+                  "tokens": manifest.stats["tokens"]}))
+"""
+)
 
 
 def _child(code: str, warehouse: Path, *args: str) -> dict:
@@ -171,8 +190,84 @@ def build_collection(root: Path, n_rollouts: int = N_ROLLOUTS) -> tuple[int, flo
     return len(spans), time.perf_counter() - start
 
 
-def _verdict(ratio: float) -> str:
-    return f"meets the {GOAL:.0f}x goal" if ratio >= GOAL else f"misses the {GOAL:.0f}x goal"
+def _verdict(ratio: float, goal: float = GOAL) -> str:
+    return f"meets the {goal:.0f}x goal" if ratio >= goal else f"misses the {goal:.0f}x goal"
+
+
+def _cli_runs(root: Path, runs: int, *extra: str) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds (user + sys of the child) of ``runs`` fresh ``tracebank transform``
+    processes (the installed entry point), each writing a new version (``--force``)."""
+    exe = str(Path(sys.executable).with_name("tracebank"))
+    cmd = [exe, "--warehouse", str(root), "transform", "--dataset", "bench", "--force", *extra]
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    walls, cpus = [], []
+    for _ in range(runs):
+        before = os.times()
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        walls.append(time.perf_counter() - t0)
+        after = os.times()
+        cpus.append(
+            after.children_user - before.children_user + after.children_system - before.children_system
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"tracebank transform failed:\n{out.stderr[-4000:]}")
+    return walls, cpus
+
+
+def whole_process() -> str:
+    """The long-trajectory rows: the upstream path in-process against whole `tracebank transform`
+    processes (issue 21), on one warehouse whose silver cache collect built."""
+    from tracebank.collect import build_silver
+    from tracebank.warehouse.location import Warehouse
+
+    from bench.scale_data import build_warehouse
+
+    with tempfile.TemporaryDirectory(prefix="tracebank-bench-long-") as tmp:
+        root = Path(tmp) / "warehouse"
+        built = build_warehouse(root, 0, rollouts=LONG_ROLLOUTS)
+        build_silver(Warehouse.resolve(str(root)))  # what `tracebank collect` does after its commit
+        oracle = _child(ORACLE, root)
+        warm, warm_cpu = _cli_runs(root, WHOLE_RUNS)
+        checked = _child(VERSION_DIGEST, root)
+        cold, cold_cpu = _cli_runs(root, 1, "--rebuild-silver")
+        rebuilt = _child(VERSION_DIGEST, root)
+    if oracle["digest"] != checked["digest"] or rebuilt["hash"] != checked["hash"]:
+        raise AssertionError("whole-process transform rows differ from the upstream path's")
+    tokens, up = checked["tokens"], oracle["adapt_s"]
+    med, med_cpu = statistics.median(warm), statistics.median(warm_cpu)
+    ratio = up / med
+    return "\n".join(
+        [
+            "### Whole process, long trajectories (issue 21)",
+            "",
+            f"{built.rollouts:,} long rollouts of `bench.scale_data` (3-8 proxied calls, 1-3k-token prompts; "
+            f"{built.calls:,} calls, {checked['rows']:,} rows, {tokens:,} tokens), silver cache built as "
+            "`tracebank collect` leaves it. The upstream path (adapter + recipe data step, Span objects "
+            "ready) runs in-process; `tracebank transform --dataset bench --force` runs as a fresh process "
+            "of the installed entry point, timed from the outside (start-up, imports and exit included), "
+            f"{WHOLE_RUNS} times. Both give the same rows (digest checked).",
+            "",
+            "| path | seconds | CPU seconds | tokens/s | vs upstream |",
+            "|---|---:|---:|---:|---:|",
+            f"| upstream: adapter + recipe data step + `Dataset.from_list` | {up:.2f} | "
+            f"{oracle['adapt_cpu_s']:.2f} | {tokens / up / 1e6:.2f} M | 1x |",
+            f"| `tracebank transform`, whole process, warm (median of {len(warm)}, "
+            f"{min(warm):.2f}-{max(warm):.2f} s) | {med:.2f} | {med_cpu:.2f} | {tokens / med / 1e6:.1f} M | "
+            f"**{ratio:.1f}x** |",
+            f"| `tracebank transform --rebuild-silver`, whole process (cold) | {cold[0]:.2f} | "
+            f"{cold_cpu[0]:.2f} | {tokens / cold[0] / 1e6:.1f} M | {up / cold[0]:.1f}x |",
+            "",
+            f"Goal: the whole process at least {WHOLE_GOAL:.0f}x the upstream path: "
+            f"{_verdict(ratio, WHOLE_GOAL)} "
+            f"(slowest run {up / max(warm):.1f}x; by CPU seconds {oracle['adapt_cpu_s'] / med_cpu:.1f}x). "
+            f"Load average (1, 5, 15 min) after these runs: {_load()}.",
+        ]
+    )
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def run() -> str:
@@ -239,6 +334,8 @@ def run() -> str:
         f"by them warm `transform` does {oracle['adapt_cpu_s'] / warm_cpu:.0f}x less work than the upstream.",
         "",
         f"Transform's own summary: `{cold['summary']}`",
+        "",
+        whole_process(),
     ]
     return "\n".join(lines) + "\n"
 

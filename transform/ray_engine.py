@@ -63,6 +63,7 @@ class Spilled:
     response_path: Path
     prompt_offsets: np.ndarray
     response_offsets: np.ndarray
+    prompt_starts: np.ndarray | None
 
     def tokens(self) -> CallTokens:
         return CallTokens(
@@ -70,6 +71,7 @@ class Spilled:
             self.response_offsets,
             prompt_path=self.prompt_path,
             response_path=self.response_path,
+            prompt_starts=self.prompt_starts,
         )
 
 
@@ -88,8 +90,8 @@ def _spill_collection(row: dict[str, Any]) -> dict[str, Any]:
     return {"cid": cid, "spilled": pickle.dumps(spilled)}
 
 
-def _offsets(t: CallTokens) -> tuple[np.ndarray, np.ndarray]:
-    return t.prompt_offsets, t.response_offsets
+def _offsets(t: CallTokens) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    return t.prompt_offsets, t.response_offsets, t.prompt_starts
 
 
 class _Sources:
@@ -108,9 +110,11 @@ class _Sources:
         for c in np.unique(which).tolist():
             ks = (unique[which == c] - self.bases[c]).tolist()
             s = self.spilled[c]
-            with s.tokens().values() as (pv, rv):
-                po, ro = s.prompt_offsets, s.response_offsets
-                prompts += [np.array(pv[po[k] : po[k + 1]]) for k in ks]
+            t = s.tokens()
+            with t.values() as (pv, rv):
+                p_lo, p_hi = (bound.tolist() for bound in t.prompt_bounds(np.array(ks, np.int64)))
+                ro = s.response_offsets
+                prompts += [np.array(pv[a:b]) for a, b in zip(p_lo, p_hi, strict=True)]
                 responses += [np.array(rv[ro[k] : ro[k + 1]]) for k in ks]
         return _flat(prompts, responses), local.astype(np.int64)
 

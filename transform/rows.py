@@ -50,6 +50,15 @@ class CallTokens:
     response_values: np.ndarray | None = None
     prompt_path: Path | None = None
     response_path: Path | None = None
+    prompt_starts: np.ndarray | None = None
+    """Where each call's prompt starts, when not at the previous one's end (``transform.spill``
+    stores a prompt that extends the one before as what it adds); a prompt always ends at the
+    next offset."""
+
+    def prompt_bounds(self, tok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) of calls ``tok``'s prompts in the prompt values."""
+        starts = self.prompt_offsets[tok] if self.prompt_starts is None else self.prompt_starts[tok]
+        return starts, self.prompt_offsets[tok + 1]
 
     @classmethod
     def from_arrow(
@@ -74,9 +83,9 @@ class CallTokens:
     def lists(self, tok: np.ndarray) -> tuple[pa.Array, pa.Array]:
         """(prompt, response) list arrays of calls ``tok`` (only used by the merge check)."""
         out = []
+        ro = self.response_offsets
         with self.values() as (pv, rv):
-            for values, offsets in ((pv, self.prompt_offsets), (rv, self.response_offsets)):
-                lo, hi = offsets[tok], offsets[tok + 1]
+            for values, (lo, hi) in ((pv, self.prompt_bounds(tok)), (rv, (ro[tok], ro[tok + 1]))):
                 new_off = np.zeros(len(tok) + 1, np.int64)
                 np.cumsum(hi - lo, out=new_off[1:])
                 vals = (
@@ -108,6 +117,14 @@ class FileInts:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
+
+    def read_into(self, start: int, out: np.ndarray) -> None:
+        """Fill ``out`` (contiguous int32) with the values from ``start`` on, in one read."""
+        view = out.data.cast("B")
+        if os.preadv(self.fd, [view], 4 * start) != view.nbytes:
+            raise TransformError(
+                "a transform scratch file is shorter than expected", "run the transform again"
+            )
 
     def __getitem__(self, part: slice) -> np.ndarray:
         start, stop = int(part.start), int(part.stop)
@@ -212,39 +229,64 @@ class RowTokens:
         starts = np.cumsum(sizes) - sizes
         calls = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(starts - first, sizes)
         tok = self.tok[calls]
-        po, ro = t.prompt_offsets, t.response_offsets
-        p_lo, p_hi = po[tok].tolist(), po[tok + 1].tolist()
-        r_lo, r_hi = ro[tok].tolist(), ro[tok + 1].tolist()
+        ro = t.response_offsets
+        p_lo, p_hi = (bound.tolist() for bound in t.prompt_bounds(tok))
+        r_lo = ro[tok].tolist()
         plen, rlen = self.prompt_len[calls].tolist(), self.response_len[calls].tolist()
         lengths = self.prompt_len[last] + self.response_len[last]
         offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        ignore = np.full(int(self.prompt_len[last].max()) if len(last) else 0, IGNORE_INDEX, np.int32)
+        at = offsets.tolist()
 
-        inputs: list[np.ndarray] = []
-        labels: list[np.ndarray] = []
+        # Each row's ids are read straight into their place (no per-row arrays, no concatenation).
+        input_values = np.empty(at[-1], np.int32)
         start = 0  # position in ``calls`` of the row's first call
-        for a, b in zip(first.tolist(), last.tolist(), strict=True):
+        for row, (a, b) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
             end = start + b - a  # and of its last
-            inputs.append(pv[p_lo[end] : p_hi[end]])
-            inputs.append(rv[r_lo[end] : r_hi[end]])
-            cursor = 0
-            for j in range(start, end + 1):
-                labels.append(ignore[: plen[j] - cursor])
-                labels.append(rv[r_lo[j] : r_hi[j]])
-                cursor = plen[j] + rlen[j]
+            mid = at[row] + p_hi[end] - p_lo[end]
+            _fill(pv, p_lo[end], input_values[at[row] : mid])
+            _fill(rv, r_lo[end], input_values[mid : at[row + 1]])
             start = end + 1
-        empty = np.zeros(0, np.int32)
-        input_values = np.concatenate(inputs) if inputs else empty
-        label_values = np.concatenate(labels) if labels else empty
+        # Labels are the ids with -100 outside the member calls' responses: each member's
+        # response sits in the row's ids right after its own prompt (the merge checked that
+        # each member's prompt + response starts the next one's prompt).
+        label_values = input_values.copy()
+        start = 0
+        for row, (a, b) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
+            cursor = at[row]
+            for j in range(start, start + b - a + 1):
+                label_values[cursor : at[row] + plen[j]] = IGNORE_INDEX
+                cursor = at[row] + plen[j] + rlen[j]
+            start += b - a + 1
         max_id = int(input_values.max()) if len(input_values) else None
-        mask = np.ones(len(input_values), np.int32)
         return (
             _list_array(offsets, input_values),
-            _list_array(offsets, mask),
+            _list_array(offsets, _ones(len(input_values))),
             _list_array(offsets, label_values),
             max_id,
         )
+
+
+def _fill(values: Any, start: int, out: np.ndarray) -> None:
+    """Copy ``len(out)`` values from ``start`` on (an array, or a scratch file) into ``out``."""
+    if isinstance(values, FileInts):
+        values.read_into(start, out)
+    else:
+        out[:] = values[start : start + len(out)]
+
+
+_ONES = np.ones(0, np.int32)
+
+
+def _ones(n: int) -> np.ndarray:
+    """``n`` ones, read-only, sliced from one shared array (attention masks are all ones; the
+    Arrow arrays built on them only read it, so it is never filled again)."""
+    global _ONES
+    if len(_ONES) < n:
+        ones = np.ones(max(n, 2 * len(_ONES)), np.int32)
+        ones.flags.writeable = False
+        _ONES = ones
+    return _ONES[:n]
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.Array:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,14 +130,24 @@ def open_split(
     schema = pa.schema(list(schemas.DATASET_ROWS) + EXTRA_FIELDS)
     schema = schema.with_metadata(metadata_fields({**(provenance or {}), "split": split}))
     out = stack.enter_context(storage.parquet_stream(folder, name, "dataset_rows", schema, **PARQUET_OPTIONS))
-    for piece in pieces(frame):
-        table, max_id = split_table(piece, source)
-        out.write(table.cast(schema), row_group_size=table.num_rows)
-        digest.update(table)
-        if max_id is not None:
-            max_ids.append(max_id)
-        del table
-        memory.release()
+    # Encoding a piece (Parquet, zstd, the file's sha256) runs on a helper thread, which Arrow and
+    # hashlib let run without the GIL, while this one copies out and digests the next piece: two
+    # cores busy, at most two pieces held.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="transform-write") as pool:
+        writing: Future[None] | None = None
+        for piece in pieces(frame):
+            table, max_id = split_table(piece, source)
+            if writing is not None:
+                writing.result()
+                memory.release()  # no write in flight: the allocators are this thread's alone
+            writing = pool.submit(out.write, table.cast(schema), table.num_rows)
+            digest.update(table)
+            if max_id is not None:
+                max_ids.append(max_id)
+            del table
+        if writing is not None:
+            writing.result()
+    memory.release()
 
     def entries() -> list[FileEntry]:
         assert out.entry is not None, "the file is still open"

@@ -41,6 +41,28 @@ def test_spilled_tokens_equal_the_in_memory_ones(tmp_path):
     assert spilled.lists(tok)[1].to_pylist() == [[10, 11, 12], [7], [], [8, 9]]
 
 
+def test_a_prompt_that_extends_the_one_before_is_spilled_as_what_it_adds(tmp_path):
+    # A conversation across two batches (the second one starts it again), a prompt equal to the
+    # one before, one that only looks like an extension (same length prefix, other ids), an
+    # empty one in between, and one shorter than the one before.
+    prompts = [
+        pa.array([[1, 2], [1, 2, 3], [1, 2, 3, 4, 5]], LISTS),
+        pa.array([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6], [1, 2, 9, 4, 5, 6, 7], [], [8], [8, 9]], LISTS),
+        pa.array([[8]], LISTS),
+    ]
+    responses = [pa.array([[0]] * len(p), LISTS) for p in prompts]
+    spill = TokenSpill(tmp_path)
+    for p, r in zip(prompts, responses, strict=True):
+        spill.append(p, r)
+    spilled = spill.finish()
+    tok = np.array([9, 2, 5, 0, 7, 3, 1, 4, 8, 6], np.int64)
+    memory = CallTokens.from_arrow(prompts, responses)
+    for a, b in zip(spilled.lists(tok), memory.lists(tok), strict=True):
+        assert a.to_pylist() == b.to_pylist()
+    # stored: 1 2 | 3 | 4 5 | 6 | (nothing) | 1 2 9 4 5 6 7 | (empty) | 8 | 9 | 8
+    assert spilled.prompt_path.stat().st_size == 4 * 16
+
+
 def test_pieces_cover_the_frame_in_order_within_the_budget():
     frame = pl.DataFrame({"length": [5, 5, 5, 30, 1, 1, 1], "i": range(7)})
     cut = writer.pieces(frame, budget=10)
