@@ -26,6 +26,15 @@ def _tracebank() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "tracebank.cli.main"]
 
 
+def user_env() -> dict[str, str]:
+    """The environment a timed `tracebank` process runs with, as a user's would: with the bytecode
+    cache (an installed package has one; a shell that sets PYTHONDONTWRITEBYTECODE would time
+    compiling every module it imports on every start instead)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    return env
+
+
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -63,10 +72,7 @@ def _small_warehouse(root: Path, env: dict[str, str]) -> None:
 
 
 def run() -> str:
-    # As a user runs it: with the bytecode cache (an installed package has one; a shell that sets
-    # PYTHONDONTWRITEBYTECODE would time compiling every module instead).
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env = user_env()
     with tempfile.TemporaryDirectory() as tmp:
         wh = str(Path(tmp) / "wh")
         _small_warehouse(Path(wh), env)
