@@ -81,7 +81,10 @@ def run() -> str:
             "--help": [*_tracebank(), "--help"],
             'sql "SELECT 1"': [*_tracebank(), "-w", wh, "sql", "SELECT 1"],
         }
-        rows = [("git --version (reference)", _time([shutil.which("git") or "git", "--version"], env), None)]
+        git = [shutil.which("git") or "git", "--version"]
+        rows: list[tuple[str, tuple[list[float], list[float]], float | None]] = [
+            ("git --version (reference)", _time(git, env), None)
+        ]
         rows += [(f"tracebank {name}", _time(cmd, env), GOALS[name]) for name, cmd in commands.items()]
     lines = [
         "## startup: a whole `tracebank` process, as a user waits for it",
