@@ -173,3 +173,12 @@ def test_a_declared_range_is_shown_in_help_and_read_from_the_field():
     assert "x>=1" in CliRunner().invoke(show, ["--help"]).stdout
     assert CliRunner().invoke(show, ["--rollouts", "3"]).stdout == "3\n"
     assert CliRunner().invoke(show, ["--rollouts", "0"]).exit_code == 2
+
+
+def test_a_config_file_head_shows_control_characters_visibly():
+    """The comment atop `runs show` / `datasets show --format yaml` quotes manifest fields, which a
+    bucket neighbour may have written: an escape sequence there is shown, not sent to the terminal."""
+    from tracebank.cli.options import config_yaml
+
+    out = config_yaml(cli, {}, "content hash \x1b]0;owned\x07\x1b[2J")
+    assert out == "# content hash \u241b]0;owned\u2407\u241b[2J\n{}\n"

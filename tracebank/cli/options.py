@@ -20,6 +20,8 @@ from typing import Any
 
 import click
 
+from tracebank.warehouse.text import visible
+
 FORMATS = ("table", "vertical", "csv", "json", "jsonl")
 _WAREHOUSE_KEY = "tracebank.warehouse"
 _WAREHOUSE_HELP = "Warehouse folder, or s3://BUCKET/PREFIX (default: $TRACEBANK_WAREHOUSE, else ./warehouse)."
@@ -297,5 +299,6 @@ def config_yaml(command: click.Command, settings: dict[str, Any], head: str) -> 
         for name, flag in flag_names(command).items()
         if settings.get(name) is not None and settings[name] != {}
     }
-    comments = "".join(f"# {line}\n" for line in head.splitlines())
+    # The comment quotes manifest fields (a bucket's, maybe hostile): YAML escapes the values, not this.
+    comments = "".join(f"# {visible(line, keep='')}\n" for line in head.splitlines())
     return comments + yaml.safe_dump(body, sort_keys=False)
