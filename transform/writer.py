@@ -11,6 +11,7 @@ the version's content hash, which digests every split, is known and stamped in.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,13 +21,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 from tracebank.transform.manifest import RowsDigest, rows_digest
 from tracebank.transform.provenance import metadata_fields
-from tracebank.transform.rows import RowTokens
+from tracebank.transform.rows import PieceBuffers, RowTokens
 from tracebank.warehouse import memory, schemas
+from tracebank.warehouse.arrowutil import narrow_strings
 from tracebank.warehouse.records import FileEntry
-from tracebank.warehouse.storage import Storage, encode_parquet
+from tracebank.warehouse.storage import ParquetStream, Storage, encode_parquet
 
 EXTRA_FIELDS = [
     pa.field("collection_id", pa.string()),
@@ -82,17 +83,41 @@ def encode(table: pa.Table) -> pa.Buffer:
     return encode_parquet(table, **PARQUET_OPTIONS)
 
 
-def split_table(frame: pl.DataFrame, source: RowTokens) -> tuple[pa.Table, int | None]:
-    """The Parquet table of ``frame``'s rows (materialised in its order) and their largest id."""
-    input_ids, attention_mask, labels, max_id = source.materialize(frame)
+def split_table(
+    frame: pl.DataFrame, source: RowTokens, into: PieceBuffers | None = None
+) -> tuple[pa.Table, int | None]:
+    """The Parquet table of ``frame``'s rows (materialised in its order, into ``into``'s buffers
+    when given: see :class:`PieceBuffers`) and their largest id."""
+    input_ids, attention_mask, labels, max_id = source.materialize(frame, into)
     columns: dict[str, pa.Array] = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "labels": labels,
     }
     for field in list(schemas.DATASET_ROWS)[3:] + EXTRA_FIELDS:
-        columns[field.name] = frame.get_column(field.name).to_arrow().cast(field.type)
+        columns[field.name] = _arrow_column(frame.get_column(field.name), field.type)
     return pa.table(columns), max_id
+
+
+def _arrow_column(series: pl.Series, kind: pa.DataType) -> pa.Array:
+    """``series`` as an Arrow array of type ``kind``, cast by polars (Arrow's casts would import
+    ``pyarrow.compute``, a tenth of a whole transform's time; see ``warehouse.arrowutil``)."""
+    if kind == pa.string():
+        arr = series.cast(pl.String).to_arrow()
+        return narrow_strings(arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr)
+    arr = series.cast(_POLARS_TYPES[kind]).to_arrow()
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    if arr.type != kind:
+        raise TypeError(f"{series.name}: polars gave {arr.type}, the dataset schema wants {kind}")
+    return arr
+
+
+_POLARS_TYPES = {
+    pa.int32(): pl.Int32,
+    pa.int64(): pl.Int64,
+    pa.float64(): pl.Float64,
+    pa.float32(): pl.Float32,
+}
 
 
 # Rows are copied out and encoded a piece at a time (one Parquet row group each), so
@@ -111,6 +136,27 @@ def pieces(frame: pl.DataFrame, budget: int | None = None) -> list[pl.DataFrame]
     return [frame.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
+def writer_threads() -> int:
+    """How many files of one split are encoded at once: a thread per core this process may use,
+    at most 4 (each holds a piece of rows and a Parquet writer's buffers)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 4))
+
+
+def shards(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
+    """``frame`` cut into at most ``count`` consecutive slices of about equal tokens."""
+    if frame.height == 0 or count <= 1:
+        return [frame]
+    ends = np.cumsum(frame.get_column("length").to_numpy())
+    targets = np.arange(1, count) * (int(ends[-1]) / count)
+    cuts = np.searchsorted(ends, targets, side="left") + 1
+    bounds = [0, *sorted(set(int(c) for c in cuts if 0 < c < frame.height)), frame.height]
+    return [frame.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 def open_split(
     stack: contextlib.ExitStack[Any],
     storage: Storage,
@@ -121,15 +167,51 @@ def open_split(
     name: str | None = None,
     provenance: dict[str, Any] | None = None,
 ) -> OpenSplit:
-    """Materialise ``frame``'s rows into ``folder/name`` (default ``<split>.parquet``), one
-    Parquet file written a piece at a time, ``provenance`` in its key-value metadata; the file
-    is closed (and renamed into place) when ``stack`` closes, after any :attr:`OpenSplit.stamp`."""
-    name = name or f"{split}.parquet"
-    digest = RowsDigest()
-    max_ids: list[int] = []
+    """Materialise ``frame``'s rows into ``folder``, ``provenance`` in every file's key-value
+    metadata; the files are closed (and renamed into place) when ``stack`` closes, after any
+    :attr:`OpenSplit.stamp`.
+
+    The rows go to one file ``name`` when it is given (a Ray worker's piece), else to
+    ``<split>.parquet`` when they fit in one piece, else to a file per :func:`writer_threads`,
+    ``<split>-00000.parquet`` on, each a consecutive share of the rows written by a thread of
+    its own: one Parquet file is encoded by one thread, so this is how a split of many pieces
+    uses every core.
+    """
     schema = pa.schema(list(schemas.DATASET_ROWS) + EXTRA_FIELDS)
     schema = schema.with_metadata(metadata_fields({**(provenance or {}), "split": split}))
-    out = stack.enter_context(storage.parquet_stream(folder, name, "dataset_rows", schema, **PARQUET_OPTIONS))
+    parts = [frame] if name or len(pieces(frame)) < 2 else shards(frame, writer_threads())
+    if name is None:
+        name = f"{split}.parquet" if len(parts) == 1 else None
+    names = [name] if name else [f"{split}-{i:05d}.parquet" for i in range(len(parts))]
+    outs = [
+        stack.enter_context(storage.parquet_stream(folder, n, "dataset_rows", schema, **PARQUET_OPTIONS))
+        for n in names
+    ]
+    if len(outs) == 1:
+        digest, max_id = _write_pipelined(frame, source, outs[0], schema)
+    else:
+        digest, max_id = _write_shards(frame, parts, source, outs, schema)
+    memory.release()
+
+    def entries() -> list[FileEntry]:
+        assert all(out.entry is not None for out in outs), "the files are still open"
+        for out in outs:
+            out.entry.split = split  # type: ignore[union-attr]
+        return [out.entry for out in outs]  # type: ignore[misc]
+
+    def stamp(fields: dict[str, Any]) -> None:
+        for out in outs:
+            out.add_metadata(metadata_fields(fields))
+
+    return OpenSplit(digest, max_id, stamp, entries)
+
+
+def _write_pipelined(
+    frame: pl.DataFrame, source: RowTokens, out: ParquetStream, schema: pa.Schema
+) -> tuple[str, int | None]:
+    """Write ``frame``'s rows to ``out`` piece by piece: (rows digest, largest token id)."""
+    digest = RowsDigest()
+    max_ids: list[int] = []
     # Encoding a piece (Parquet, zstd, the file's sha256) runs on a helper thread, which Arrow and
     # hashlib let run without the GIL, while this one copies out and digests the next piece: two
     # cores busy, at most two pieces held.
@@ -140,24 +222,67 @@ def open_split(
             if writing is not None:
                 writing.result()
                 memory.release()  # no write in flight: the allocators are this thread's alone
-            writing = pool.submit(out.write, table.cast(schema), table.num_rows)
+            writing = pool.submit(out.write, _conform(table, schema), table.num_rows)
             digest.update(table)
             if max_id is not None:
                 max_ids.append(max_id)
             del table
         if writing is not None:
             writing.result()
-    memory.release()
+    return digest.hexdigest(), max(max_ids) if max_ids else None
 
-    def entries() -> list[FileEntry]:
-        assert out.entry is not None, "the file is still open"
-        out.entry.split = split
-        return [out.entry]
 
-    def stamp(fields: dict[str, Any]) -> None:
-        out.add_metadata(metadata_fields(fields))
+# The rows digest is fed in row order, so with several files written at once it reads the rows a
+# second time, in smaller pieces (copying out is a small part of a piece's cost next to encoding it).
+DIGEST_TOKENS = 1_000_000
 
-    return OpenSplit(digest.hexdigest(), max(max_ids) if max_ids else None, stamp, entries)
+
+def _write_shards(
+    frame: pl.DataFrame,
+    parts: list[pl.DataFrame],
+    source: RowTokens,
+    outs: list[ParquetStream],
+    schema: pa.Schema,
+) -> tuple[str, int | None]:
+    """Write each of ``parts`` (consecutive shares of ``frame``) to its file on a thread of its
+    own while this thread digests ``frame`` in row order: (rows digest, largest token id)."""
+    with ThreadPoolExecutor(max_workers=len(outs), thread_name_prefix="transform-write") as pool:
+        # Pieces (row groups) a share as large: the files in flight together hold what one would.
+        budget = max(1, PIECE_TOKENS // len(outs))
+        writing = [
+            pool.submit(_write_shard, part, source, out, schema, budget)
+            for part, out in zip(parts, outs, strict=True)
+        ]
+        try:
+            digest = RowsDigest()
+            max_ids: list[int] = []
+            buffers = PieceBuffers()
+            for piece in pieces(frame, min(DIGEST_TOKENS, PIECE_TOKENS)):
+                table, max_id = split_table(piece, source, buffers)
+                digest.update(table)
+                if max_id is not None:
+                    max_ids.append(max_id)
+                del table
+        finally:
+            for job in writing:
+                job.result()  # a failed write raises here (and the stack abandons the version)
+    return digest.hexdigest(), max(max_ids) if max_ids else None
+
+
+def _write_shard(
+    part: pl.DataFrame, source: RowTokens, out: ParquetStream, schema: pa.Schema, budget: int
+) -> None:
+    buffers = PieceBuffers()  # a piece's table is written (and dropped) before the next is copied
+    for piece in pieces(part, budget):
+        table, _ = split_table(piece, source, buffers)
+        out.write(_conform(table, schema), table.num_rows)
+        del table
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` (built with ``schema``'s types by :func:`split_table`) under ``schema``, its metadata
+    included; a type that differs is refused (a cast would import ``pyarrow.compute``)."""
+    return pa.Table.from_arrays(table.select(schema.names).columns, schema=schema)
 
 
 def whole_split(
@@ -185,6 +310,8 @@ def whole_split(
     def entries() -> list[FileEntry]:
         assert written, "the file is written when the content hash is known"
         return written
+
+    import pyarrow.compute as pc  # only versions built whole in memory (pairs, the 1.0 path) need it
 
     # every token-id column: input_ids of SFT rows; prompt, chosen and rejected ids of pairs
     ids = [

@@ -4,7 +4,9 @@ pyarrow imports pandas (about 0.3 s) the first time ``pa.array(...)``,
 ``pa.scalar(...)``, ``Array.to_numpy()``, ``Table.from_pylist`` or a compute
 call with a Python scalar runs. A ``tracebank transform`` is a fresh process
 that has no other use for pandas, so the transform builds its arrays from
-buffers instead.
+buffers instead. Likewise ``Array.cast`` imports ``pyarrow.compute`` (about 0.08 s, its kernels'
+Python wrappers are generated at import): :func:`narrow_strings` is the one cast the transform's
+write path needs.
 """
 
 from __future__ import annotations
@@ -57,3 +59,23 @@ def string_scalar(value: str | None) -> pa.Scalar:
     if value is None:
         return pa.nulls(1, pa.string())[0]
     return repeat_string(value, 1)[0]
+
+
+def narrow_strings(arr: pa.Array) -> pa.Array:
+    """A ``large_string`` array (what polars hands over) as ``string``, without ``pyarrow.compute``.
+
+    The values and validity buffers are shared; only the offsets are narrowed.
+    """
+    if arr.type == pa.string():
+        return arr
+    if arr.type != pa.large_string():
+        raise TypeError(f"narrow_strings needs a large_string array, not {arr.type}")
+    validity, offsets, data = arr.buffers()
+    end = arr.offset + len(arr) + 1
+    wide = (
+        np.frombuffer(memoryview(offsets), np.int64)[:end] if offsets is not None else np.zeros(end, np.int64)
+    )
+    if wide[-1] > 2**31 - 1:
+        raise ValueError("more than 2 GiB of text does not fit a string array")
+    buffers = [validity, pa.py_buffer(wide.astype(np.int32)), data if data is not None else pa.py_buffer(b"")]
+    return pa.Array.from_buffers(pa.string(), len(arr), buffers, arr.null_count, arr.offset)

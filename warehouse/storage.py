@@ -162,8 +162,16 @@ def read_table(
             table = pq.ParquetFile(path, page_checksum_verification=True).read(columns=columns)
         except (OSError, pa.ArrowException) as exc:
             raise _unreadable(path, exc) from exc
-        tables.append(table.cast(schema) if schema is not None else table)
+        tables.append(_as_schema(table, schema) if schema is not None else table)
     return pa.concat_tables(tables)
+
+
+def _as_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` cast to ``schema``; untouched when it already has those types (a cast imports
+    ``pyarrow.compute``, a tenth of a warm transform's whole process)."""
+    if table.schema.equals(schema, check_metadata=False):
+        return table
+    return table.cast(schema)
 
 
 def iter_batches(paths: list[Path], columns: list[str], batch_size: int = 512) -> Iterator[pa.RecordBatch]:

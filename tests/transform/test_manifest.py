@@ -220,3 +220,13 @@ def test_content_hash_reads_values_not_parquet_bytes(version):
     ids[0] = [ids[0][0] + 1] + ids[0][1:]
     same_lengths = first.set_column(0, "input_ids", pa.array(ids, pa.list_(pa.int32())))
     assert rows_digest(same_lengths) != rows_digest(first)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 101, 4016])
+def test_length_quantiles_are_numpys_to_the_last_bit(n):
+    import numpy as np
+    from tracebank.transform.manifest import _linear_quantiles
+
+    rng = np.random.default_rng(n)
+    for values in (rng.integers(1, 9000, n), rng.integers(1, 3, n), np.arange(n)[::-1]):
+        assert _linear_quantiles(values, (0.5, 0.9, 0.99)) == np.quantile(values, [0.5, 0.9, 0.99]).tolist()

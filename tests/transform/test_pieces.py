@@ -108,12 +108,39 @@ def test_rows_written_in_pieces_give_the_same_version(two_layouts, monkeypatch):
     from_one_file = transform(one, config)
     whole = transform(many, config)
     monkeypatch.setattr(writer, "PIECE_TOKENS", 5_000)
+    monkeypatch.setattr(writer, "writer_threads", lambda: 1)
     cut = transform(many, replace(config, force=True))  # the same rows again: identical unless forced
     assert not cut.identical and cut.manifest["content_hash"] == whole.manifest["content_hash"]
     assert cut.manifest["stats"] == whole.manifest["stats"] == from_one_file.manifest["stats"]
     assert pq.ParquetFile(cut.folder / "train.parquet").num_row_groups > 3
     rows = [pq.read_table(v.folder / "train.parquet").to_pylist() for v in (from_one_file, whole, cut)]
     assert rows[0] == rows[1] == rows[2]
+
+
+def _split_rows(version, split: str) -> list[dict]:
+    """The split's rows, its files read in the manifest's order."""
+    files = [f["path"] for f in version.manifest["files"] if f.get("split", "train") == split]
+    return [row for name in files for row in pq.read_table(version.folder / name).to_pylist()]
+
+
+def test_a_split_of_many_pieces_is_written_as_a_file_per_thread(two_layouts, monkeypatch):
+    _, wh = two_layouts
+    config = TransformConfig(name="ds", val_fraction=0.25, seed=3)
+    whole = transform(wh, config)
+    monkeypatch.setattr(writer, "PIECE_TOKENS", 5_000)
+    monkeypatch.setattr(writer, "DIGEST_TOKENS", 3_000)  # the digest reads the rows in other cuts
+    monkeypatch.setattr(writer, "writer_threads", lambda: 3)
+    sharded = transform(wh, replace(config, force=True))
+    assert sharded.manifest["content_hash"] == whole.manifest["content_hash"]
+    assert sharded.manifest["stats"] == whole.manifest["stats"]
+    train_files = [f for f in sharded.manifest["files"] if f["split"] == "train"]
+    assert [f["path"] for f in train_files] == [f"train-{i:05d}.parquet" for i in range(3)]
+    assert all(0 < f["rows"] < sum(g["rows"] for g in train_files) for f in train_files)
+    for split in ("train", "validation"):
+        assert _split_rows(sharded, split) == _split_rows(whole, split)
+    for f in train_files:  # each file carries the version's content hash, stamped at the end
+        meta = pq.read_schema(sharded.folder / f["path"]).metadata
+        assert meta[b"tracebank.content_hash"].decode() == sharded.manifest["content_hash"]
 
 
 @pytest.mark.parametrize("options", [{"merge": "trajectory"}, {"dedup": True, "select_by": "rollout"}])
@@ -125,3 +152,27 @@ def test_options_that_read_tokens_early_work_on_spilled_tokens(tmp_path, options
     monkeypatch.setattr(writer, "PIECE_TOKENS", 50)
     cut = transform(wh, TransformConfig(name="b", **options))
     assert cut.manifest["content_hash"] == whole.manifest["content_hash"]
+
+
+def test_a_failed_file_of_a_split_leaves_no_version(two_layouts, monkeypatch):
+    from tracebank.warehouse import catalog
+
+    _, wh = two_layouts
+    monkeypatch.setattr(writer, "PIECE_TOKENS", 5_000)
+    monkeypatch.setattr(writer, "writer_threads", lambda: 2)
+    real = writer._write_shard
+    started = []
+
+    def second_fails(part, *args):
+        started.append(part.height)
+        if len(started) == 2:
+            raise OSError("disk full")
+        return real(part, *args)
+
+    monkeypatch.setattr(writer, "_write_shard", second_fails)
+    before = catalog.dataset_versions(wh, "failing")
+    with pytest.raises(OSError, match="disk full"):
+        transform(wh, TransformConfig(name="failing"))
+    assert len(started) == 2
+    assert catalog.dataset_versions(wh, "failing") == before == []
+    assert not list(wh.dataset_dir("failing").glob("v*/*.parquet")), "no file of the failed version stays"

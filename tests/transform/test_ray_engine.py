@@ -55,7 +55,8 @@ def test_ray_engine_commits_the_local_engines_version(two_collections, ray_addre
     assert _rows(on_ray) == _rows(local)
     assert not list(wh.tmp_dir.iterdir()), "the scratch folder is removed"
     # Every piece a worker wrote names the version and its hash, as the local engine's files do.
-    expected = {split: _provenance(local.folder / f"{split}.parquet") for split in ("train", "validation")}
+    first_file = {f["split"]: f["path"] for f in reversed(local.manifest["files"])}
+    expected = {split: _provenance(local.folder / first_file[split]) for split in ("train", "validation")}
     assert expected["train"]["tracebank.content_hash"] == local.manifest["content_hash"]
     for f in on_ray.manifest["files"]:
         got = _provenance(on_ray.folder / f["path"])
