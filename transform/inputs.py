@@ -8,8 +8,10 @@ files (:func:`spill_tokens`, ``transform.spill``), so memory does not grow with 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -17,7 +19,7 @@ import pyarrow as pa
 from tracebank.transform.compact import TaskCodes
 from tracebank.transform.errors import NoCollectionsError, SilverMissingError, TransformError
 from tracebank.transform.rows import CallTokens
-from tracebank.transform.spill import TokenSpill
+from tracebank.transform.spill import TokenSpill, concat_spills
 from tracebank.warehouse import memory, schemas
 from tracebank.warehouse.arrowutil import arrow_ints
 from tracebank.warehouse.location import Warehouse
@@ -153,16 +155,33 @@ def require_silver(storage: Storage, collection_id: str) -> None:
 
 
 def spill_tokens(
-    parts: list[Callable[[], Iterator[pa.RecordBatch]]], expected: int, spill: TokenSpill
+    parts: list[Callable[[], Iterator[pa.RecordBatch]]], expected: int, folder: Path, threads: int = 1
 ) -> CallTokens:
-    """Read every part's token lists into ``spill``; the tokens of all ``expected`` calls."""
+    """Read every part's token lists into scratch files under ``folder`` (a pair per part, parts
+    read ``threads`` at a time: decoding Parquet lists is most of a warm transform's reading);
+    the tokens of all ``expected`` calls, in part order."""
+
+    def one(k: int) -> CallTokens:
+        (folder / str(k)).mkdir()
+        return _spill_part(parts[k], TokenSpill(folder / str(k)))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(parts))), thread_name_prefix="spill") as pool:
+        spilled = list(pool.map(one, range(len(parts))))
+    memory.release()  # Arrow's pool keeps the threads' freed read buffers otherwise
+    if sum(len(t.prompt_offsets) - 1 for t in spilled) != expected:
+        raise TransformError("a silver cache changed while it was read", "run the transform again")
+    return concat_spills(spilled) if spilled else TokenSpill(_empty(folder)).finish()
+
+
+def _spill_part(part: Callable[[], Iterator[pa.RecordBatch]], spill: TokenSpill) -> CallTokens:
     try:
-        for part in parts:
-            for batch in part():
-                spill.append(batch.column("prompt_token_ids"), batch.column("response_token_ids"))
+        for batch in part():
+            spill.append(batch.column("prompt_token_ids"), batch.column("response_token_ids"))
     finally:
         spill.close()
-        memory.release()  # Arrow's pool keeps this thread's freed read buffers otherwise
-    if spill.calls != expected:
-        raise TransformError("a silver cache changed while it was read", "run the transform again")
     return spill.finish()
+
+
+def _empty(folder: Path) -> Path:
+    (folder / "empty").mkdir()
+    return folder / "empty"

@@ -20,11 +20,11 @@ from tracebank.transform.config import TransformConfig
 from tracebank.transform.inputs import Chosen, load_inputs, spill_tokens
 from tracebank.transform.recipe import build_recipe
 from tracebank.transform.rows import RowTokens
-from tracebank.transform.spill import TokenSpill
 from tracebank.transform.version import TransformResult
 from tracebank.transform.writer import OpenSplit, open_split
 from tracebank.warehouse import memory
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.machine import usable_cores
 from tracebank.warehouse.storage import Storage
 
 
@@ -37,7 +37,7 @@ def build_recipe_locally(wh: Warehouse, config: TransformConfig, chosen: Chosen)
     ):
         inputs = load_inputs(wh, chosen)
         memory.release()
-        tokens = pool.submit(spill_tokens, inputs.token_parts, inputs.loaded, TokenSpill(Path(scratch)))
+        tokens = pool.submit(spill_tokens, inputs.token_parts, inputs.loaded, Path(scratch), usable_cores())
         return build_recipe(wh, config, chosen, inputs, tokens.result, _local_writer)
 
 

@@ -47,7 +47,6 @@ from tracebank.transform.manifest import RowsDigest
 from tracebank.transform.ray_probe import RAY_HINT, probe
 from tracebank.transform.recipe import build_recipe
 from tracebank.transform.rows import CallTokens, RowTokens
-from tracebank.transform.spill import TokenSpill
 from tracebank.transform.version import TransformResult
 from tracebank.transform.writer import OpenSplit, open_split, pieces, split_table
 from tracebank.warehouse.location import Warehouse
@@ -85,8 +84,9 @@ def _spill_collection(row: dict[str, Any]) -> dict[str, Any]:
     folder = Path(row["scratch"]) / cid
     folder.mkdir(parents=True)
     parts = [lambda: storage.silver_batches(cid, "llm_calls", TOKEN_COLUMNS)]
-    t = spill_tokens(parts, manifest.counts["llm_calls"], TokenSpill(folder))
-    spilled = Spilled(folder / "prompt.i32", folder / "response.i32", *_offsets(t))
+    t = spill_tokens(parts, manifest.counts["llm_calls"], folder)
+    assert isinstance(t.prompt_path, Path) and isinstance(t.response_path, Path)  # one part: one file each
+    spilled = Spilled(t.prompt_path, t.response_path, *_offsets(t))
     return {"cid": cid, "spilled": pickle.dumps(spilled)}
 
 

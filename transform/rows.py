@@ -18,6 +18,7 @@ by :meth:`RowTokens.materialize`, straight into the final order of a split.
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,12 +49,16 @@ class CallTokens:
     response_offsets: np.ndarray
     prompt_values: np.ndarray | None = None
     response_values: np.ndarray | None = None
-    prompt_path: Path | None = None
-    response_path: Path | None = None
+    prompt_path: Path | tuple[Path, ...] | None = None
+    """The scratch file of the prompt values, or several laid end to end (see ``prompt_bases``)."""
+    response_path: Path | tuple[Path, ...] | None = None
     prompt_starts: np.ndarray | None = None
     """Where each call's prompt starts, when not at the previous one's end (``transform.spill``
     stores a prompt that extends the one before as what it adds); a prompt always ends at the
     next offset."""
+    prompt_bases: tuple[int, ...] = (0,)
+    """With several prompt files: the position of each one's first value (no call straddles two)."""
+    response_bases: tuple[int, ...] = (0,)
 
     def prompt_bounds(self, tok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of calls ``tok``'s prompts in the prompt values."""
@@ -77,7 +82,10 @@ class CallTokens:
             yield self.prompt_values, self.response_values
             return
         assert self.prompt_path is not None and self.response_path is not None
-        with FileInts(self.prompt_path) as pv, FileInts(self.response_path) as rv:
+        with (
+            FileInts(self.prompt_path, self.prompt_bases) as pv,
+            FileInts(self.response_path, self.response_bases) as rv,
+        ):
             yield pv, rv
 
     def lists(self, tok: np.ndarray) -> tuple[pa.Array, pa.Array]:
@@ -102,38 +110,58 @@ class CallTokens:
 
 
 class FileInts:
-    """A file of little-endian int32 values, sliced with ``[a:b]`` by positioned reads.
+    """Files of little-endian int32 values laid end to end (file ``i``'s first value is at
+    ``bases[i]``), sliced with ``[a:b]`` by positioned reads; a slice lies within one file.
 
     Not a memory map: rows are read in a random order, and the pages a map would
     fault in around each one (the kernel's fault-around and read-ahead) count as
     this process's memory, several hundred MB for a piece of rows from a large file.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_RDONLY)
+    def __init__(self, paths: Path | tuple[Path, ...], bases: tuple[int, ...] = (0,)) -> None:
+        paths = (paths,) if isinstance(paths, Path) else paths
+        if len(paths) != len(bases):
+            raise ValueError("a scratch file needs its base")
+        self.bases = list(bases)
+        self.fds: list[int] = []
+        try:
+            for path in paths:
+                self.fds.append(os.open(path, os.O_RDONLY))
+        except BaseException:
+            self.__exit__()
+            raise
 
     def __enter__(self) -> FileInts:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    def _locate(self, start: int) -> tuple[int, int]:
+        """(file descriptor, byte position) of value ``start``."""
+        i = bisect.bisect_right(self.bases, start) - 1
+        return self.fds[i], 4 * (start - self.bases[i])
 
     def read_into(self, start: int, out: np.ndarray) -> None:
         """Fill ``out`` (contiguous int32) with the values from ``start`` on, in one read."""
         view = out.data.cast("B")
-        if os.preadv(self.fd, [view], 4 * start) != view.nbytes:
-            raise TransformError(
-                "a transform scratch file is shorter than expected", "run the transform again"
-            )
+        fd, at = self._locate(start)
+        if os.preadv(fd, [view], at) != view.nbytes:
+            _short()
 
     def __getitem__(self, part: slice) -> np.ndarray:
         start, stop = int(part.start), int(part.stop)
-        data = os.pread(self.fd, 4 * (stop - start), 4 * start)
+        fd, at = self._locate(start)
+        data = os.pread(fd, 4 * (stop - start), at)
         if len(data) != 4 * (stop - start):
-            raise TransformError(
-                "a transform scratch file is shorter than expected", "run the transform again"
-            )
+            _short()
         return np.frombuffer(data, "<i4")
+
+
+def _short() -> None:
+    raise TransformError("a transform scratch file is shorter than expected", "run the transform again")
 
 
 def flat_lists(parts: list[pa.ChunkedArray | pa.Array]) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,7 @@ class TokenSpill:
         self._offsets: list[list[np.ndarray]] = [[np.zeros(1, np.int64)], [np.zeros(1, np.int64)]]
         self._starts: list[np.ndarray] = []  # where each prompt starts (its end: the next offset)
         self._ends = [0, 0]
-        self._last: bytes | memoryview = b""  # the last prompt appended
+        self._last = b""  # the last prompt appended
         self._last_start = 0
         self.calls = 0
 
@@ -59,26 +59,27 @@ class TokenSpill:
     def _append_prompts(self, arr: pa.Array) -> None:
         """Write the prompts of ``arr``, each one that extends the one before as what it adds."""
         values, offsets = flat_pieces([arr], 0)
-        data = np.ascontiguousarray(values[0], "<i4").tobytes() if values else b""
-        view = memoryview(data)
-        bounds = [0, *(4 * offsets[0]).tolist()] if offsets else [0]
-        starts = np.empty(len(bounds) - 1, np.int64)
-        ends = np.empty(len(bounds) - 1, np.int64)
-        written: list[memoryview] = []
+        # A view of Arrow's buffer where it can be (no copy of the batch: each copy of a few MB
+        # is fresh pages to fault in); the previous prompt is compared as bytes, one call's worth.
+        vals = np.ascontiguousarray(values[0], "<i4") if values else np.zeros(0, "<i4")
+        ends_in = offsets[0].tolist() if offsets else []
+        starts = np.empty(len(ends_in), np.int64)
+        ends = np.empty(len(ends_in), np.int64)
+        written: list[memoryview] = []  # views of the values (no copy)
         end, last, last_start = self._ends[0], self._last, self._last_start
-        for i in range(len(bounds) - 1):
-            a, b = bounds[i], bounds[i + 1]
-            # startswith compares in place (one memcmp); an empty previous prompt shares nothing.
-            shared = len(last) if len(last) and data.startswith(last, a, b) else 0
+        a = 0
+        for i, b in enumerate(ends_in):
+            n = len(last) // 4
+            shared = n if n and b - a >= n and vals[a : a + n].tobytes() == last else 0
             starts[i] = last_start if shared else end
-            written.append(view[a + shared : b])
-            end += (b - a - shared) // 4
+            written.append(vals[a + shared : b].data)
+            end += b - a - shared
             ends[i] = end
-            last, last_start = view[a:b], int(starts[i])
-        self._files[0].write(b"".join(written))
+            last, last_start, a = vals[a:b].tobytes(), int(starts[i]), b
+        self._files[0].writelines(written)
         self._starts.append(starts)
         self._offsets[0].append(ends)
-        self._ends[0], self._last, self._last_start = end, bytes(last), last_start
+        self._ends[0], self._last, self._last_start = end, last, last_start
 
     def finish(self) -> CallTokens:
         """Close the files; the tokens of every appended call."""
@@ -96,3 +97,35 @@ class TokenSpill:
     def close(self) -> None:
         for fh in self._files:
             fh.close()
+
+
+def concat_spills(parts: list[CallTokens]) -> CallTokens:
+    """The tokens of several spills' calls, one spill's after another's (each spill's files keep
+    their own values; positions run on across them)."""
+    if len(parts) == 1:
+        return parts[0]
+    prompt_base, response_base = 0, 0
+    po, ro, starts = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)], []
+    prompt_bases, response_bases = [], []
+    for t in parts:
+        assert (
+            t.prompt_starts is not None
+            and isinstance(t.prompt_path, Path)
+            and isinstance(t.response_path, Path)
+        )
+        prompt_bases.append(prompt_base)
+        response_bases.append(response_base)
+        po.append(t.prompt_offsets[1:] + prompt_base)
+        ro.append(t.response_offsets[1:] + response_base)
+        starts.append(t.prompt_starts + prompt_base)
+        prompt_base += int(t.prompt_offsets[-1])
+        response_base += int(t.response_offsets[-1])
+    return CallTokens(
+        np.concatenate(po),
+        np.concatenate(ro),
+        prompt_path=tuple(t.prompt_path for t in parts),  # type: ignore[misc]
+        response_path=tuple(t.response_path for t in parts),  # type: ignore[misc]
+        prompt_starts=np.concatenate(starts),
+        prompt_bases=tuple(prompt_bases),
+        response_bases=tuple(response_bases),
+    )

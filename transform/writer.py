@@ -11,7 +11,6 @@ the version's content hash, which digests every split, is known and stamped in.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from tracebank.transform.provenance import metadata_fields
 from tracebank.transform.rows import PieceBuffers, RowTokens
 from tracebank.warehouse import memory, schemas
 from tracebank.warehouse.arrowutil import narrow_strings
+from tracebank.warehouse.machine import usable_cores
 from tracebank.warehouse.records import FileEntry
 from tracebank.warehouse.storage import ParquetStream, Storage, encode_parquet
 
@@ -137,13 +137,9 @@ def pieces(frame: pl.DataFrame, budget: int | None = None) -> list[pl.DataFrame]
 
 
 def writer_threads() -> int:
-    """How many files of one split are encoded at once: a thread per core this process may use,
-    at most 4 (each holds a piece of rows and a Parquet writer's buffers)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 4))
+    """How many files of one split are encoded at once: a thread per usable core, at most 4
+    (each holds a piece of rows and a Parquet writer's buffers)."""
+    return min(usable_cores(), 4)
 
 
 def shards(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from tracebank.collect import silver as silver_mod
 from tracebank.transform import TransformConfig, transform, writer
+from tracebank.transform.errors import TransformError
 from tracebank.transform.rows import CallTokens
 from tracebank.transform.spill import TokenSpill
 from tracebank.warehouse import schemas
@@ -61,6 +62,56 @@ def test_a_prompt_that_extends_the_one_before_is_spilled_as_what_it_adds(tmp_pat
         assert a.to_pylist() == b.to_pylist()
     # stored: 1 2 | 3 | 4 5 | 6 | (nothing) | 1 2 9 4 5 6 7 | (empty) | 8 | 9 | 8
     assert spilled.prompt_path.stat().st_size == 4 * 16
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_parts_spilled_at_once_read_as_one_spill(tmp_path, threads):
+    from tracebank.transform.inputs import spill_tokens
+    from tracebank.transform.rows import PieceBuffers, RowTokens
+
+    rng = np.random.default_rng(threads)
+    batches = []  # three parts of two batches each; part 1 has an empty batch and empty lists
+    for part in range(3):
+        for _ in range(2):
+            n = 0 if part == 1 and not batches[-1:] else int(rng.integers(1, 6))
+            base = [int(x) for x in rng.integers(0, 1000, 4)]
+            prompts = [base + [int(x) for x in rng.integers(0, 1000, k)] for k in rng.integers(0, 5, n)]
+            batches.append(
+                (
+                    part,
+                    pa.array(prompts, LISTS),
+                    pa.array([[int(x)] * (i % 3) for i, x in enumerate(rng.integers(0, 9, n))], LISTS),
+                )
+            )
+    parts = [
+        (
+            lambda k=k: iter(
+                [
+                    pa.record_batch({"prompt_token_ids": p, "response_token_ids": r})
+                    for part, p, r in batches
+                    if part == k
+                ]
+            )
+        )
+        for k in range(3)
+    ]
+    calls = sum(len(p) for _, p, _ in batches)
+    spilled = spill_tokens(parts, calls, tmp_path, threads)
+    memory = CallTokens.from_arrow([p for _, p, _ in batches], [r for _, _, r in batches])
+    tok = rng.permutation(calls).astype(np.int64)
+    for a, b in zip(spilled.lists(tok), memory.lists(tok), strict=True):
+        assert a.to_pylist() == b.to_pylist()
+    assert len(spilled.prompt_path) == 3  # a file pair per part, read as one
+    # rows copied out of the three files at once equal the in-memory ones
+    plen = np.array([len(x) for x in memory.lists(np.arange(calls))[0].to_pylist()], np.int64)
+    rlen = np.diff(memory.response_offsets)
+    order = pl.DataFrame({"first": tok, "last": tok})
+    got = RowTokens(lambda: spilled, np.arange(calls), plen, rlen).materialize(order, PieceBuffers())
+    want = RowTokens(lambda: memory, np.arange(calls), plen, rlen).materialize(order)
+    assert [x.to_pylist() for x in got[:3]] == [x.to_pylist() for x in want[:3]]
+    (tmp_path / "again").mkdir()
+    with pytest.raises(TransformError, match="changed while it was read"):
+        spill_tokens(parts, calls + 1, tmp_path / "again", threads)
 
 
 def test_pieces_cover_the_frame_in_order_within_the_budget():
