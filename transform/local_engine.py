@@ -1,10 +1,11 @@
-"""The recipe on the local engine (``--engine local``): everything in this process.
+"""The recipe on the local engine (``--engine local``): everything in this process, on every core.
 
 The small per-call columns are loaded first; the token lists are read from the silver caches a
-row group at a time on a helper thread meanwhile, into scratch files (``transform.spill``), and
-copied once, a piece at a time, straight into each split's final row order
-(``transform.rows``, ``transform.writer``). So memory does not grow with the number of tokens.
-Nothing here imports pandas (see ``warehouse.arrowutil``).
+row group at a time meanwhile (a collection per reader thread, up to a reader per core) into
+scratch files (``transform.spill``), and copied once, a piece at a time, straight into each split's
+final row order (``transform.rows``, ``transform.writer``, which encodes a file per core at once).
+So memory does not grow with the number of tokens. Nothing here imports pandas or
+pyarrow.compute (see ``warehouse.arrowutil``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.machine import usable_cores
 from tracebank.warehouse.storage import Storage
 
+#: Collections whose token lists are read at once (each reader holds a batch and Arrow's buffers).
+MAX_READERS = 4
+
 
 def build_recipe_locally(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> TransformResult:
     """Build and commit the next version of ``config.name`` with the recipe's rows, here."""
@@ -37,7 +41,8 @@ def build_recipe_locally(wh: Warehouse, config: TransformConfig, chosen: Chosen)
     ):
         inputs = load_inputs(wh, chosen)
         memory.release()
-        tokens = pool.submit(spill_tokens, inputs.token_parts, inputs.loaded, Path(scratch), usable_cores())
+        readers = min(usable_cores(), MAX_READERS)
+        tokens = pool.submit(spill_tokens, inputs.token_parts, inputs.loaded, Path(scratch), readers)
         return build_recipe(wh, config, chosen, inputs, tokens.result, _local_writer)
 
 
