@@ -8,6 +8,7 @@ WAREHOUSE/
   silver/<collection_id>/             llm_calls, rewards, messages (+ manifest)
   datasets/<name>/v0001/              gold: one immutable dataset version
     RESERVED train.parquet [validation.parquet] manifest.json
+                                      (a large split: train-00000.parquet, train-00001.parquet, ...)
   rewards/<name>/v0001/                a reward layer (tracebank rescore): scores of archived rollouts
     RESERVED scores.parquet manifest.json
   runs/<run_id>/run.json metrics.jsonl
