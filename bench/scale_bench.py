@@ -318,9 +318,9 @@ def run() -> str:
         "ran on a local cluster of a head and a worker node (1 CPU each) on this same 2-core "
         "machine. It pays for start-up of the Ray Data jobs, spilling tokens per collection, "
         "copying each piece's rows out on the driver for the content hash before the workers "
-        "write them with it, and shipping pieces to workers; it gains two encoders at once (a "
-        "file per piece), where the local engine encodes its one file per split on one thread "
-        "(see below). Its peak RSS is the driver's (ray.init adds "
+        "write them with it, and shipping pieces to workers; like the local engine, it encodes "
+        "two files at once (the local engine: a file per core, see docs/ARCHITECTURE.md). "
+        "Its peak RSS is the driver's (ray.init adds "
         "Ray's core worker to the process); the workers' is not measured here.",
         "",
         f"Machine: {_machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
