@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from tracebank.collect import rewards as reward_rules
 from tracebank.collect.agl1_silver import silver_from_events
 from tracebank.collect.errors import UnknownCollectionError
-from tracebank.collect.tokens import MISSING, fast_sql, parse_token_lists, resolve_slow, verdict_sql
+from tracebank.collect.tokens import MISSING, parse_prompt_lists, parse_token_lists
 from tracebank.warehouse import schemas
 from tracebank.warehouse.arrowutil import arrow_ints, repeat_string, string_scalar
 from tracebank.warehouse.contract import (
@@ -101,17 +101,8 @@ WITH c AS (
          CASE WHEN name = '{LITELLM_SPAN}' THEN {_text(5)} END AS litellm_response_text
   FROM c
   WHERE name = '{RAW_LLM_SPAN}' OR ty[4] IS NOT NULL OR ty[5] IS NOT NULL
-), p AS (
-  SELECT * EXCLUDE (prompt_text), {fast_sql("prompt_text")} AS prompt_ids,
-         prompt_text
-  FROM t
-), v AS (
-  SELECT *, {verdict_sql("prompt_text", "prompt_ids")} AS prompt_verdict FROM p
 )
-SELECT * EXCLUDE (prompt_text, prompt_ids, prompt_verdict), prompt_verdict,
-       CASE WHEN prompt_verdict = 'ok' THEN prompt_ids END AS prompt_ids,
-       CASE WHEN prompt_verdict IS NULL THEN prompt_text END AS prompt_text
-FROM v
+SELECT * FROM t
 ORDER BY span_index
 """
 
@@ -295,7 +286,8 @@ def extract_calls(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Tabl
         if n
         else pa.nulls(0, pa.string())
     )
-    p_ids, p_ok = resolve_slow(c.column("prompt_ids"), c.column("prompt_verdict"), c.column("prompt_text"))
+    keys = list(zip(c.column("rollout_id").to_pylist(), c.column("attempt_id").to_pylist(), strict=True))
+    p_ids, p_ok = parse_prompt_lists(c.column("prompt_text"), keys, con)
     # Response strings are short: one bulk parse for old-patch ids and choices/litellm ids.
     texts = (
         pa.concat_arrays(

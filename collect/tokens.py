@@ -87,6 +87,14 @@ def parse_token_lists(
     texts: pa.Array | pa.ChunkedArray, con: duckdb.DuckDBPyConnection | None = None
 ) -> tuple[pa.Array, pa.Array]:
     """Parse a string column of token lists; return (list<int32> ids, reason-or-'ok') arrays."""
+    ids, verdict = _fast_parse(texts, con)
+    return resolve_slow(ids, verdict, texts)
+
+
+def _fast_parse(
+    texts: pa.Array | pa.ChunkedArray, con: duckdb.DuckDBPyConnection | None = None
+) -> tuple[pa.Array, pa.Array]:
+    """The bulk parse alone: (ids, verdict), verdict NULL where only ``resolve_slow`` can tell."""
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
     if len(texts) == 0:
@@ -100,7 +108,116 @@ def parse_token_lists(
         out = con.sql(_FAST_SQL).to_arrow_table()
     finally:
         con.unregister("src")
-    return resolve_slow(out.column("ids"), out.column("verdict"), texts)
+    return out.column("ids").combine_chunks(), out.column("verdict").combine_chunks()
+
+
+def parse_prompt_lists(
+    texts: pa.Array | pa.ChunkedArray, keys: list[Any], con: duckdb.DuckDBPyConnection | None = None
+) -> tuple[pa.Array, pa.Array]:
+    """``parse_token_lists`` for prompts, parsing each list only past the earlier one it extends.
+
+    A multi-turn call's prompt is usually the previous call's prompt (same ``key``: its
+    rollout and attempt) with the reply and new turns appended, so most of the text is
+    parsed again and again. Where a row's text is the previous same-key row's list with
+    elements appended (``extended_rows``), only those elements are parsed and the earlier
+    row's ids are put in front. That gives exactly the whole parse when both parts parse
+    cleanly in bulk, which is checked: a batch where one does not is parsed whole.
+    """
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
+    texts = texts.cast(pa.large_string())
+    prev = extended_rows(texts, keys)
+    if not (prev >= 0).any():
+        return parse_token_lists(texts, con)
+    pieces = appended_lists(texts, prev)
+    ids, verdict = _fast_parse(pieces, con)
+    ok = pc.fill_null(pc.equal(verdict, "ok"), False).to_numpy(zero_copy_only=False)
+    chained = np.flatnonzero(prev >= 0)
+    if not (ok[chained].all() and ok[prev[chained]].all()):
+        return parse_token_lists(texts, con)  # an odd list in a chain (never seen in real traces)
+    ids, verdict = resolve_slow(ids, verdict, pieces)  # only whole lists can be undecided
+    return extend_chains(ids, prev), verdict
+
+
+def extended_rows(texts: pa.Array, keys: list[Any]) -> np.ndarray:
+    """For each row, the earlier row (the last one with the same key) whose list its text extends
+    with more elements (``[1, 2]`` -> ``[1, 2, 3]``), or -1.
+
+    The earlier text must end in a digit and ``]``, and this one continue its bytes with ``,``:
+    so the shared part ends where an element ends (``[1, 2`` is no prefix of ``[1, 23]``), and
+    never after a trailing comma (DuckDB reads ``[1, 2,]`` as ``[1, 2]``).
+    """
+    prev = np.full(len(texts), -1, np.int64)
+    if len(texts) == 0 or texts.null_count == len(texts):
+        return prev
+    offsets = np.frombuffer(texts.buffers()[1], np.int64)[
+        texts.offset : texts.offset + len(texts) + 1
+    ].tolist()
+    data = texts.buffers()[2].to_pybytes() if texts.buffers()[2] is not None else b""
+    valid = texts.is_valid().to_numpy(zero_copy_only=False)
+    last: dict[Any, int] = {}
+    for r, key in enumerate(keys):
+        if not valid[r]:
+            continue
+        p = last.get(key)
+        last[key] = r
+        if p is None:
+            continue
+        a, n = offsets[p], offsets[p + 1] - offsets[p]
+        b = offsets[r]
+        if (
+            n >= 3
+            and offsets[r + 1] - b > n
+            and data[a + n - 1] == 0x5D  # ]
+            and 0x30 <= data[a + n - 2] <= 0x39  # a digit
+            and data[b + n - 1] == 0x2C  # ,
+            and data.startswith(data[a : a + n - 1], b)
+        ):
+            prev[r] = p
+    return prev
+
+
+def appended_lists(texts: pa.Array, prev: np.ndarray) -> pa.Array:
+    """Each text, or where ``prev`` is set only the elements it appends, as a list of their
+    own: ``[1, 2, 3, 4]`` after ``[1, 2]`` gives ``[ 3, 4]`` (its ``,`` made a ``[``)."""
+    n = len(texts)
+    offsets = np.frombuffer(texts.buffers()[1], np.int64)[texts.offset : texts.offset + n + 1]
+    data = np.frombuffer(texts.buffers()[2], np.uint8)
+    starts = offsets[:-1].copy()
+    ext = prev >= 0
+    starts[ext] += offsets[prev[ext] + 1] - offsets[prev[ext]] - 1
+    lengths = offsets[1:] - starts
+    new = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=new[1:])
+    out = np.empty(int(new[-1]), np.uint8)
+    for r in range(n):
+        out[new[r] : new[r + 1]] = data[starts[r] : offsets[r + 1]]
+    out[new[:-1][ext]] = 0x5B  # [
+    validity = pa.py_buffer(np.packbits(texts.is_valid().to_numpy(zero_copy_only=False), bitorder="little"))
+    return pa.Array.from_buffers(pa.large_string(), n, [validity, pa.py_buffer(new), pa.py_buffer(out)])
+
+
+def extend_chains(ids: pa.Array, prev: np.ndarray) -> pa.Array:
+    """Each list whose ``prev`` is set (an earlier row, usable) gets that row's finished list
+    in front of its own elements."""
+    chained = prev >= 0
+    start = ids.offsets.to_numpy()
+    own = np.diff(start) * ids.is_valid().to_numpy(zero_copy_only=False)
+    total = own.copy()
+    for row in np.flatnonzero(chained):
+        total[row] += total[prev[row]]  # the earlier row's total is final by now
+    offsets = np.zeros(len(ids) + 1, np.int32)
+    np.cumsum(total, out=offsets[1:])
+    values = ids.values.to_numpy()
+    out = np.empty(int(offsets[-1]), np.int32)
+    for r in range(len(ids)):
+        at = int(offsets[r])
+        if chained[r]:
+            p = prev[r]
+            out[at : at + total[p]] = out[offsets[p] : offsets[p + 1]]
+            at += int(total[p])
+        out[at : offsets[r + 1]] = values[start[r] : start[r] + own[r]]
+    return pa.ListArray.from_arrays(offsets, out, type=TOKENS, mask=ids.is_null())
 
 
 def resolve_slow(
