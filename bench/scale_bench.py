@@ -58,7 +58,10 @@ if rebuild:  # what `tracebank transform --rebuild-silver` does first
     from tracebank.collect import build_silver
     build_silver(wh, (), force=True)
 r = transform(wh, TransformConfig(name="scale", engine=engine, address=address))
+import resource  # the silver build's worker processes (collect.silver_workers): their CPU and peak
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "base": base,
+                  "workers_cpu_s": kids.ru_utime + kids.ru_stime, "workers_peak": kids.ru_maxrss / 1024,
                   "peak": hwm(), "hash": r.manifest["content_hash"], "rows": r.manifest["rows"],
                   "tokens": r.manifest["stats"]["tokens"], "silver": r.manifest["counts"]["silver"]}))
 """
@@ -128,9 +131,10 @@ print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": time.process_time() - 
 
 
 # Where a cold transform's silver build goes (issue 21): one collection's silver computed step by
-# step, CPU seconds of each (DuckDB runs one thread, as the build does). The calls query is run
-# once without its prompt-id parse (the JSON extraction alone) and once whole; the difference is
-# turning the prompt token text into int lists.
+# step, CPU seconds of each (DuckDB runs one thread, as the build does). The calls query is JSON
+# extraction alone; extract_calls runs it again and then parses the token text: the prompts'
+# parse is timed on its own (collect.tokens.parse_prompt_lists), the rest of extract_calls less
+# the query is the responses' parse.
 COLD_PARTS_CHILD = """
 import json, sys, time
 import duckdb
@@ -140,19 +144,19 @@ wh = Warehouse.resolve(sys.argv[1])
 cid = sys.argv[2]
 con = duckdb.connect(":memory:", config={"threads": silver.SILVER_THREADS})
 calls_sql = silver._CALLS_SQL.replace("{valid}", "")
-json_only = calls_sql.replace(silver.fast_sql("prompt_text"), "NULL::INTEGER[]")
 cpu = {}
 def timed(name, fn, *args):
     c = time.process_time()
     out = fn(*args)
     cpu[name] = cpu.get(name, 0.0) + time.process_time() - c
     return out
+parse_prompts = silver.parse_prompt_lists
+silver.parse_prompt_lists = lambda *a: timed("prompt_ids", parse_prompts, *a)
 pieces = []
 batches = timed("read", lambda: list(silver.span_batches(silver.span_files(wh, cid))))
 for spans in batches:
     timed("register", silver.register_spans, con, spans)
-    timed("calls_json", lambda: con.sql(json_only).to_arrow_table())
-    timed("calls_prompt_ids", lambda: con.sql(calls_sql).to_arrow_table())
+    timed("calls_json", lambda: con.sql(calls_sql).to_arrow_table())
     calls = timed("calls_all", silver.extract_calls, con, cid)
     rewards = timed("rewards", silver.extract_rewards, con, cid)
     messages = timed("messages", silver.extract_messages, con, cid)
@@ -314,7 +318,9 @@ def run() -> str:
         "1-3k-token prompts, collections of 2,000 rollouts, span files of at most 64 MiB of "
         "attributes), one per size; tokens are the dataset's (prompt + response of every row). "
         "Each run is a fresh process; peak RSS is its VmHWM (in brackets: after imports). "
-        "Cold rebuilds every silver cache from the bronze spans; warm reads them. The Ray engine "
+        "Cold rebuilds every silver cache from the bronze spans (in worker processes, one per "
+        "core, when there are several collections: their CPU and peak RSS are in the notes); warm "
+        "reads them. The Ray engine "
         "ran on a local cluster of a head and a worker node (1 CPU each) on this same 2-core "
         "machine. It pays for start-up of the Ray Data jobs, spilling tokens per collection, "
         "copying each piece's rows out on the driver for the content hash before the workers "
@@ -326,7 +332,7 @@ def run() -> str:
         f"Machine: {_machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
         f"(1, 5, 15 min) at the start: {_load()}.",
         "",
-        "| tokens | run | seconds | CPU s (driver) | tokens/s | peak RSS | notes |",
+        "| tokens | run | seconds | CPU s (this process) | tokens/s | peak RSS | notes |",
         "|---:|---|---:|---:|---:|---:|---|",
     ]
     summary: list[tuple[int, float, float, float]] = []
@@ -350,6 +356,11 @@ def run() -> str:
                 f"{info['collections']} collection(s), "
                 f"{info['bronze_mib']:.0f} MiB bronze (generated in {info['generate_s']:.0f} s)"
             )
+            if cold["workers_cpu_s"]:
+                note += (
+                    f"; silver built in worker processes: {cold['workers_cpu_s']:.1f} CPU s, "
+                    f"the largest's peak {cold['workers_peak']:.0f} MiB"
+                )
             lines += [
                 _row("transform, cold", size, cold, note),
                 _row(
@@ -416,14 +427,14 @@ def _cold_parts(root: Path) -> list[str]:
     cid = sorted(p.name for p in (root / "collections").iterdir() if p.is_dir())[0]
     r = _child(COLD_PARTS_CHILD, str(root), cid)
     c = r["cpu"]
-    # calls_all is the whole call extraction (its query, then the response ids parsed in Python
-    # and Arrow); the query's two runs split it into JSON extraction and the prompt-id parse.
-    prompt_ids = max(c["calls_prompt_ids"] - c["calls_json"], 0.0)
-    rest_calls = max(c["calls_all"] - c["calls_prompt_ids"], 0.0)
+    # calls_all is the whole call extraction: its query (JSON extraction, as calls_json), the
+    # prompts' parse (prompt_ids), then the responses' and choices' ids.
+    prompt_ids = c["prompt_ids"]
+    rest_calls = max(c["calls_all"] - c["calls_json"] - prompt_ids, 0.0)
     parts = [
         ("reading the bronze span files (Parquet, zstd)", c["read"] + c["register"]),
         ("JSON: extracting the call spans' attributes (DuckDB)", c["calls_json"]),
-        ("token text -> int lists: prompts (DuckDB from_json)", prompt_ids),
+        ("token text -> int lists: prompts (what each adds to its rollout's previous one)", prompt_ids),
         ("token text -> int lists: responses, choices (Arrow, polars regex)", rest_calls),
         ("JSON: chat messages and rewards (DuckDB, Python)", c["messages"] + c["rewards"]),
         ("writing the silver Parquet (encode, hash)", c["write"]),

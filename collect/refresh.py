@@ -9,12 +9,11 @@ processes (``collect.silver_workers``).
 
 from __future__ import annotations
 
-import os
-
 from tracebank.collect.errors import UnknownCollectionError
 from tracebank.collect.silver_workers import build_in_workers, build_one
 from tracebank.warehouse import memory
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.machine import usable_cores
 from tracebank.warehouse.records import SilverManifest
 from tracebank.warehouse.storage import Storage
 
@@ -54,7 +53,7 @@ def build_silver(
     chosen = _chosen(wh, collections)
     cached = {cid: None if force else storage.current_silver(cid) for cid in chosen}
     todo = [cid for cid in chosen if cached[cid] is None]
-    n = min(len(todo), workers or len(os.sched_getaffinity(0)), MAX_SILVER_WORKERS)
+    n = min(len(todo), workers or usable_cores(), MAX_SILVER_WORKERS)
     built = build_in_workers(wh, todo, force, n) if n > 1 else [build_one(wh, cid, force) for cid in todo]
     fresh = dict(zip(todo, built, strict=True))
     return [cached[cid] or fresh[cid] for cid in chosen]
