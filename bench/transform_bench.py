@@ -109,7 +109,8 @@ build_silver(wh)
 cold = transform(wh, TransformConfig(name="bench"))
 cold_s, cold_cpu_s = time.perf_counter() - t0, time.process_time() - c0
 peak = rss_mib()
-rows = pq.read_table(cold.folder / "train.parquet").to_pylist()
+files = [f["path"] for f in cold.manifest["files"] if f["split"] == "train"]  # one, or a file per core
+rows = [row for name in files for row in pq.read_table(cold.folder / name).to_pylist()]
 print(json.dumps({"cold_s": cold_s, "cold_cpu_s": cold_cpu_s,
                   "rows": cold.manifest["rows"], "tokens": cold.manifest["stats"]["tokens"],
                   "digest": digest(rows), "hash": cold.manifest["content_hash"], "base_rss_mib": base,
@@ -154,7 +155,8 @@ import pyarrow.parquet as pq
 from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
 folder, manifest = catalog.dataset_versions(Warehouse.resolve(sys.argv[1]), "bench")[-1]
-rows = pq.read_table(folder / "train.parquet").to_pylist()
+files = [f.path for f in manifest.split_files()["train"]]  # one, or a file per core, in row order
+rows = [row for name in files for row in pq.read_table(folder / name).to_pylist()]
 print(json.dumps({"digest": digest(rows), "rows": manifest.rows, "hash": manifest.content_hash,
                   "tokens": manifest.stats["tokens"]}))
 """

@@ -168,14 +168,17 @@ def open_split(
     :attr:`OpenSplit.stamp`.
 
     The rows go to one file ``name`` when it is given (a Ray worker's piece), else to
-    ``<split>.parquet`` when they fit in one piece, else to a file per :func:`writer_threads`,
-    ``<split>-00000.parquet`` on, each a consecutive share of the rows written by a thread of
-    its own: one Parquet file is encoded by one thread, so this is how a split of many pieces
-    uses every core.
+    ``<split>.parquet`` when they fit in one piece, else to several files ``<split>-00000.parquet``
+    on, encoded at once (one Parquet file is encoded by one thread, so this is how a split of
+    several pieces uses every core): a file per piece when there are no more pieces than
+    :func:`writer_threads`, else a file per thread, each a consecutive share of the rows.
     """
     schema = pa.schema(list(schemas.DATASET_ROWS) + EXTRA_FIELDS)
     schema = schema.with_metadata(metadata_fields({**(provenance or {}), "split": split}))
-    parts = [frame] if name or len(pieces(frame)) < 2 else shards(frame, writer_threads())
+    cut = pieces(frame)
+    threads = writer_threads()
+    few = 1 < len(cut) <= threads  # a file per piece, each copied once
+    parts = [frame] if name or len(cut) < 2 else (cut if few else shards(frame, threads))
     if name is None:
         name = f"{split}.parquet" if len(parts) == 1 else None
     names = [name] if name else [f"{split}-{i:05d}.parquet" for i in range(len(parts))]
@@ -185,6 +188,8 @@ def open_split(
     ]
     if len(outs) == 1:
         digest, max_id = _write_pipelined(frame, source, outs[0], schema)
+    elif few:
+        digest, max_id = _write_piece_files(parts, source, outs, schema)
     else:
         digest, max_id = _write_shards(frame, parts, source, outs, schema)
     memory.release()
@@ -225,6 +230,29 @@ def _write_pipelined(
             del table
         if writing is not None:
             writing.result()
+    return digest.hexdigest(), max(max_ids) if max_ids else None
+
+
+def _write_piece_files(
+    cut: list[pl.DataFrame], source: RowTokens, outs: list[ParquetStream], schema: pa.Schema
+) -> tuple[str, int | None]:
+    """Write each piece of ``cut`` to its own file (as many files as threads at most): this thread
+    copies out and digests the pieces in order, the pool encodes them at once."""
+    digest = RowsDigest()
+    max_ids: list[int] = []
+    with ThreadPoolExecutor(max_workers=len(outs), thread_name_prefix="transform-write") as pool:
+        writing: list[Future[None]] = []
+        try:
+            for piece, out in zip(cut, outs, strict=True):
+                table, max_id = split_table(piece, source)
+                writing.append(pool.submit(out.write, _conform(table, schema), table.num_rows))
+                digest.update(table)
+                if max_id is not None:
+                    max_ids.append(max_id)
+                del table
+        finally:
+            for job in writing:
+                job.result()
     return digest.hexdigest(), max(max_ids) if max_ids else None
 
 

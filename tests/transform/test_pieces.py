@@ -174,18 +174,24 @@ def _split_rows(version, split: str) -> list[dict]:
     return [row for name in files for row in pq.read_table(version.folder / name).to_pylist()]
 
 
-def test_a_split_of_many_pieces_is_written_as_a_file_per_thread(two_layouts, monkeypatch):
+@pytest.mark.parametrize("threads", [3, 1000])
+def test_a_split_of_several_pieces_is_written_as_files_encoded_at_once(two_layouts, monkeypatch, threads):
     _, wh = two_layouts
     config = TransformConfig(name="ds", val_fraction=0.25, seed=3)
     whole = transform(wh, config)
     monkeypatch.setattr(writer, "PIECE_TOKENS", 5_000)
     monkeypatch.setattr(writer, "DIGEST_TOKENS", 3_000)  # the digest reads the rows in other cuts
-    monkeypatch.setattr(writer, "writer_threads", lambda: 3)
+    monkeypatch.setattr(writer, "writer_threads", lambda: threads)
     sharded = transform(wh, replace(config, force=True))
     assert sharded.manifest["content_hash"] == whole.manifest["content_hash"]
     assert sharded.manifest["stats"] == whole.manifest["stats"]
     train_files = [f for f in sharded.manifest["files"] if f["split"] == "train"]
-    assert [f["path"] for f in train_files] == [f"train-{i:05d}.parquet" for i in range(3)]
+    # more pieces than threads: a file per thread; else a file per piece (one row group each)
+    count = 3 if threads == 3 else len(train_files)
+    assert count > 3 or threads == 3
+    assert [f["path"] for f in train_files] == [f"train-{i:05d}.parquet" for i in range(count)]
+    if threads != 3:
+        assert all(pq.ParquetFile(sharded.folder / f["path"]).num_row_groups == 1 for f in train_files)
     assert all(0 < f["rows"] < sum(g["rows"] for g in train_files) for f in train_files)
     for split in ("train", "validation"):
         assert _split_rows(sharded, split) == _split_rows(whole, split)
