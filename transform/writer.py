@@ -207,12 +207,27 @@ def open_split(
     return OpenSplit(digest, max_id, stamp, entries)
 
 
+class _Digested:
+    """The rows digest and the largest token id of a split's pieces, fed in row order."""
+
+    def __init__(self) -> None:
+        self.digest = RowsDigest()
+        self.max_ids: list[int] = []
+
+    def add(self, table: pa.Table, max_id: int | None) -> None:
+        self.digest.update(table)
+        if max_id is not None:
+            self.max_ids.append(max_id)
+
+    def result(self) -> tuple[str, int | None]:
+        return self.digest.hexdigest(), max(self.max_ids) if self.max_ids else None
+
+
 def _write_pipelined(
     frame: pl.DataFrame, source: RowTokens, out: ParquetStream, schema: pa.Schema
 ) -> tuple[str, int | None]:
     """Write ``frame``'s rows to ``out`` piece by piece: (rows digest, largest token id)."""
-    digest = RowsDigest()
-    max_ids: list[int] = []
+    digested = _Digested()
     # Encoding a piece (Parquet, zstd, the file's sha256) runs on a helper thread, which Arrow and
     # hashlib let run without the GIL, while this one copies out and digests the next piece: two
     # cores busy, at most two pieces held.
@@ -224,13 +239,11 @@ def _write_pipelined(
                 writing.result()
                 memory.release()  # no write in flight: the allocators are this thread's alone
             writing = pool.submit(out.write, _conform(table, schema), table.num_rows)
-            digest.update(table)
-            if max_id is not None:
-                max_ids.append(max_id)
+            digested.add(table, max_id)
             del table
         if writing is not None:
             writing.result()
-    return digest.hexdigest(), max(max_ids) if max_ids else None
+    return digested.result()
 
 
 def _write_piece_files(
@@ -238,22 +251,19 @@ def _write_piece_files(
 ) -> tuple[str, int | None]:
     """Write each piece of ``cut`` to its own file (as many files as threads at most): this thread
     copies out and digests the pieces in order, the pool encodes them at once."""
-    digest = RowsDigest()
-    max_ids: list[int] = []
+    digested = _Digested()
     with ThreadPoolExecutor(max_workers=len(outs), thread_name_prefix="transform-write") as pool:
         writing: list[Future[None]] = []
         try:
             for piece, out in zip(cut, outs, strict=True):
                 table, max_id = split_table(piece, source)
                 writing.append(pool.submit(out.write, _conform(table, schema), table.num_rows))
-                digest.update(table)
-                if max_id is not None:
-                    max_ids.append(max_id)
+                digested.add(table, max_id)
                 del table
         finally:
             for job in writing:
                 job.result()
-    return digest.hexdigest(), max(max_ids) if max_ids else None
+    return digested.result()
 
 
 # The rows digest is fed in row order, so with several files written at once it reads the rows a
@@ -278,19 +288,14 @@ def _write_shards(
             for part, out in zip(parts, outs, strict=True)
         ]
         try:
-            digest = RowsDigest()
-            max_ids: list[int] = []
+            digested = _Digested()
             buffers = PieceBuffers()
             for piece in pieces(frame, min(DIGEST_TOKENS, PIECE_TOKENS)):
-                table, max_id = split_table(piece, source, buffers)
-                digest.update(table)
-                if max_id is not None:
-                    max_ids.append(max_id)
-                del table
+                digested.add(*split_table(piece, source, buffers))
         finally:
             for job in writing:
                 job.result()  # a failed write raises here (and the stack abandons the version)
-    return digest.hexdigest(), max(max_ids) if max_ids else None
+    return digested.result()
 
 
 def _write_shard(
