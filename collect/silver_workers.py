@@ -25,7 +25,7 @@ import warnings
 from typing import IO, Any
 
 from tracebank.collect.errors import CollectError
-from tracebank.warehouse import memory
+from tracebank.warehouse import layout, memory
 from tracebank.warehouse.errors import TracebankError
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import SilverManifest
@@ -132,6 +132,8 @@ def _drive(proc: subprocess.Popen[bytes], handout: _Handout) -> None:
 
 def build_in_workers(wh: Warehouse, todo: list[str], force: bool, n: int) -> list[SilverManifest]:
     """Build the silver caches of ``todo`` in ``n`` worker processes; their manifests in order."""
+    for cid in todo:  # an id is a line of the workers' protocol: a listed folder name may be hostile
+        layout.validate_name(cid, "collection id")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     command = [sys.executable, "-m", __name__, wh.location, "force" if force else "reuse"]
     handout = _Handout(todo)

@@ -130,8 +130,14 @@ def pieces(frame: pl.DataFrame, budget: int | None = None) -> list[pl.DataFrame]
     budget = budget or PIECE_TOKENS
     if frame.height == 0:
         return []
+    return _cut(frame, lambda total: np.arange(budget, total, budget))
+
+
+def _cut(frame: pl.DataFrame, targets: Callable[[int], np.ndarray]) -> list[pl.DataFrame]:
+    """``frame`` sliced after the rows where the running token count reaches each of
+    ``targets(total tokens)`` (empty slices left out)."""
     ends = np.cumsum(frame.get_column("length").to_numpy())
-    cuts = np.searchsorted(ends, np.arange(budget, int(ends[-1]), budget), side="left") + 1
+    cuts = np.searchsorted(ends, targets(int(ends[-1])), side="left") + 1
     bounds = [0, *sorted(set(int(c) for c in cuts if 0 < c < frame.height)), frame.height]
     return [frame.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
@@ -146,11 +152,7 @@ def shards(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
     """``frame`` cut into at most ``count`` consecutive slices of about equal tokens."""
     if frame.height == 0 or count <= 1:
         return [frame]
-    ends = np.cumsum(frame.get_column("length").to_numpy())
-    targets = np.arange(1, count) * (int(ends[-1]) / count)
-    cuts = np.searchsorted(ends, targets, side="left") + 1
-    bounds = [0, *sorted(set(int(c) for c in cuts if 0 < c < frame.height)), frame.height]
-    return [frame.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return _cut(frame, lambda total: np.arange(1, count) * (total / count))
 
 
 def open_split(

@@ -93,3 +93,16 @@ def test_a_script_that_builds_at_its_top_level_is_not_run_again_by_the_workers(t
     assert out.returncode == 0, out.stderr
     assert out.stdout == "3\n" and marker.read_text() == "run\n"
     assert all(Storage(wh).current_silver(cid) is not None for cid in IDS)
+
+
+def test_a_hostile_collection_id_never_reaches_the_workers(tmp_path, monkeypatch):
+    from tracebank.collect import silver_workers
+    from tracebank.warehouse.errors import UsageError
+
+    started = []
+    monkeypatch.setattr(silver_workers.subprocess, "Popen", lambda *a, **k: started.append(a))
+    wh = Warehouse(tmp_path / "warehouse").init()
+    # one request line each: a newline in a listed folder name would desynchronise the answers
+    with pytest.raises(UsageError, match="invalid collection id"):
+        silver_workers.build_in_workers(wh, ["c1", "c2\nc3"], False, 2)
+    assert started == []
