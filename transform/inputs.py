@@ -18,6 +18,7 @@ import polars as pl
 import pyarrow as pa
 from tracebank.transform.compact import TaskCodes
 from tracebank.transform.errors import NoCollectionsError, SilverMissingError, TransformError
+from tracebank.transform.ids import IdNames
 from tracebank.transform.rows import CallTokens
 from tracebank.transform.spill import TokenSpill, concat_spills
 from tracebank.warehouse import memory, schemas
@@ -87,7 +88,8 @@ class Inputs:
 
     ``calls`` carries ``tok``, the call's index in load order (collection by
     collection, silver row by silver row); ``token_parts`` read each
-    collection's token lists a few hundred rows at a time, in that order.
+    collection's token lists a few hundred rows at a time, in that order. The
+    frames' ids are codes (``transform.ids``): ``names`` turns them back.
     """
 
     calls: pl.DataFrame
@@ -97,14 +99,16 @@ class Inputs:
     silver_counts: dict[str, int]
     token_parts: list[Callable[[], Iterator[pa.RecordBatch]]]
     per_collection: list[int]
+    names: IdNames
 
     @property
     def loaded(self) -> int:
         return sum(self.per_collection)
 
     def drop_tables(self) -> None:
-        """Let the loaded columns go (the caller keeps what it derived from them)."""
+        """Let the loaded columns and names go (the caller keeps what it derived from them)."""
         self.calls = self.rewards = self.attempts = self.rollouts = pl.DataFrame()
+        self.names = IdNames()
 
 
 def load_inputs(wh: Warehouse, chosen: Chosen) -> Inputs:
@@ -133,9 +137,11 @@ def load_inputs(wh: Warehouse, chosen: Chosen) -> Inputs:
         _frame(pa.concat_tables(parts, promote_options="permissive"))
         for parts in (calls, rewards, attempts, rollouts)
     ]
+    del calls, rewards, attempts, rollouts
+    names, frames = IdNames.encode(frames)
     calls_f, rewards_f, attempts_f, rollouts_f = frames
     counts = {"cached": len(chosen)}
-    return Inputs(calls_f, rewards_f, attempts_f, rollouts_f, counts, token_parts, per_collection)
+    return Inputs(calls_f, rewards_f, attempts_f, rollouts_f, counts, token_parts, per_collection, names)
 
 
 def _frame(table: pa.Table) -> pl.DataFrame:
@@ -179,6 +185,7 @@ def _spill_part(part: Callable[[], Iterator[pa.RecordBatch]], spill: TokenSpill)
             spill.append(batch.column("prompt_token_ids"), batch.column("response_token_ids"))
     finally:
         spill.close()
+    memory.release()  # this reader thread's freed buffers (a release on another thread misses them)
     return spill.finish()
 
 

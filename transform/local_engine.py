@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import polars as pl
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.inputs import Chosen, load_inputs, spill_tokens
 from tracebank.transform.recipe import build_recipe
-from tracebank.transform.rows import RowTokens
+from tracebank.transform.rows import CallTokens, RowTokens
 from tracebank.transform.version import TransformResult
 from tracebank.transform.writer import OpenSplit, open_split
 from tracebank.warehouse import memory
@@ -42,8 +42,27 @@ def build_recipe_locally(wh: Warehouse, config: TransformConfig, chosen: Chosen)
         inputs = load_inputs(wh, chosen)
         memory.release()
         readers = min(usable_cores(), MAX_READERS)
-        tokens = pool.submit(spill_tokens, inputs.token_parts, inputs.loaded, Path(scratch), readers)
-        return build_recipe(wh, config, chosen, inputs, tokens.result, _local_writer)
+        spilling = pool.submit(spill_tokens, inputs.token_parts, inputs.loaded, Path(scratch), readers)
+        return build_recipe(wh, config, chosen, inputs, _SpillDone(spilling), _local_writer)
+
+
+class _SpillDone:
+    """The spilled tokens, once the read is done (what ``RowTokens.tokens`` calls, once a piece).
+
+    The first call also hands back what the reader threads' allocators keep (about 100 MB at
+    1 B tokens, which a release on their own thread does not reach) before any row is written.
+    """
+
+    def __init__(self, spilling: Future[CallTokens]) -> None:
+        self.spilling = spilling
+        self.released = False
+
+    def __call__(self) -> CallTokens:
+        tokens = self.spilling.result()
+        if not self.released:
+            self.released = True
+            memory.release()
+        return tokens
 
 
 def _local_writer(

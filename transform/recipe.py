@@ -73,18 +73,21 @@ def plan_recipe(
     rewarded = rewarded_calls(inputs.calls, inputs.rewards, inputs.attempts, call_counts)
     rewarded = rewarded.sort(["rollout_id", "call_index"])
     tasks = inputs.rollouts.unique("rollout_id", keep="last").select("rollout_id", "task")
-    inputs.drop_tables()  # what follows needs only the rewarded calls
+    names = inputs.names
+    inputs.drop_tables()  # what follows needs only the rewarded calls and the ids' names
     rows, source, merge_stats = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
     scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
     del rewarded, tasks
     recorded = None
     if layer is not None:  # ``--rewards``: each row's reward is its rollout's score in the layer
-        rows, scores, recorded = with_layer_rewards(rows, scores, *layer)
+        coded = names.code(layer[0], "rollout_id")
+        rows, scores, recorded = with_layer_rewards(rows, scores, coded, layer[1])
     # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
     rows = rows.sort(["rollout_id", "call_index"], descending=[False, True])
     train, validation, select_counts = select_rows(rows, scores, config, source)
     del rows, scores
-    train, validation = (name_collections(f, chosen) for f in (train, validation))
+    train, validation = (names.name(name_collections(f, chosen)) for f in (train, validation))
+    del names
     memory.release()
 
     counts: dict[str, Any] = {
