@@ -121,8 +121,9 @@ _POLARS_TYPES = {
 
 
 # Rows are copied out and encoded a piece at a time (one Parquet row group each), so
-# memory follows the piece, not the split.
-PIECE_TOKENS = 4_000_000
+# memory follows the piece, not the split. 2 M tokens (8 MB a column) costs no time against 4 M
+# and holds ~50 MB less at every size (three 1 B-token runs each: peak 398 against 447 MiB).
+PIECE_TOKENS = 2_000_000
 
 
 def pieces(frame: pl.DataFrame, budget: int | None = None) -> list[pl.DataFrame]:
