@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tests.fixtures.proxy_spans import Call, call_spans, plain_span, random_rollout_spans, reward_span
@@ -120,8 +120,9 @@ def _ids(rng: random.Random, n: int, vocab: int = 500) -> list[int]:
     return [rng.randrange(vocab) for _ in range(n)]
 
 
-def scenario(seed: int = 0, n_random: int = 30) -> Scenario:
-    """Every case of the anchor: see the comments; plus ``n_random`` ordinary rollouts."""
+def scenario(seed: int = 0, n_random: int = 30, random_id: Callable[[int], str] | None = None) -> Scenario:
+    """Every case of the anchor: see the comments; plus ``n_random`` ordinary rollouts (the ``i``-th
+    with id ``random_id(i)``, ``r-rand-00i`` by default)."""
     rng = random.Random(seed)
     sc = Scenario()
     t = 1_700_000_000.0
@@ -241,7 +242,8 @@ def scenario(seed: int = 0, n_random: int = 30) -> Scenario:
     sc.add(r, spans, a)
 
     for i in range(n_random):
-        r, a = f"r-rand-{i:03d}", f"r-rand-{i:03d}-a1"
+        r = random_id(i) if random_id else f"r-rand-{i:03d}"
+        a = f"{r}-a1"
         reward = None if i % 9 == 8 else round(rng.choice([0.0, 0.1, 0.5, 0.5, 1.0, rng.random()]), 3)
         sc.add(
             r,

@@ -43,6 +43,19 @@ def test_same_seed_gives_the_recipe_order_too(built, sc):
     assert [row_key(r) for r in _rows(result)] == [row_key(r) for r in expected]
 
 
+def test_ids_beyond_ascii_keep_the_recipe_order(wh):
+    """Planning sorts ids as integer codes (``transform.ids``): their order must be Python's, which
+    upstream's recipe walks rollouts in, for ids in any script and case."""
+    marks = ["é", "Z", "a", "中", "😀", "ß", "A", "ő"]
+    sc = scenario(seed=4, random_id=lambda i: f"{marks[i % len(marks)]}-{(i * 7919) % 101}")
+    commit_collection(wh, sc.spans, rollouts=sc.rollouts(), attempts=sc.attempts)
+    result = transform(wh, TransformConfig(name="eq", seed=13))
+    expected = oracle_rows(sc.latest_spans(), seed=13)
+    assert [row_key(r) for r in _rows(result)] == [row_key(r) for r in expected]
+    ids = {r["rollout_id"] for r in _rows(result)}
+    assert any(not i.isascii() for i in ids) and ids <= set(sc.latest_spans())
+
+
 @pytest.mark.parametrize("fraction", [0.5, 0.3, 0.01])
 def test_top_fraction_keeps_the_recipe_count_and_reward_cut(built, sc, fraction):
     wh, _ = built
