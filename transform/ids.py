@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-#: The id columns that are coded, and the frames (of ``transform.inputs.Inputs``) that carry each.
+#: The id columns that are coded, in whichever loaded frames hold them (one code per id across them).
 CODED = ("rollout_id", "attempt_id", "span_id", "response_id")
 
 CODE = pl.UInt32

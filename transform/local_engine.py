@@ -49,8 +49,9 @@ def build_recipe_locally(wh: Warehouse, config: TransformConfig, chosen: Chosen)
 class _SpillDone:
     """The spilled tokens, once the read is done (what ``RowTokens.tokens`` calls, once a piece).
 
-    The first call also hands back what the reader threads' allocators keep (about 100 MB at
-    1 B tokens, which a release on their own thread does not reach) before any row is written.
+    The first call (from whichever thread writes first; a second release would be harmless) also
+    hands back what the allocators keep from the reader threads (about 100 MB at 1 B tokens,
+    which their own releases do not reach) before any row is written.
     """
 
     def __init__(self, spilling: Future[CallTokens]) -> None:
