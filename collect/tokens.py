@@ -95,8 +95,7 @@ def _fast_parse(
     texts: pa.Array | pa.ChunkedArray, con: duckdb.DuckDBPyConnection | None = None
 ) -> tuple[pa.Array, pa.Array]:
     """The bulk parse alone: (ids, verdict), verdict NULL where only ``resolve_slow`` can tell."""
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
+    texts = _one_array(texts)
     if len(texts) == 0:
         return pa.nulls(0, TOKENS), pa.nulls(0, pa.string())
     con = con or duckdb.connect()
@@ -111,6 +110,17 @@ def _fast_parse(
     return out.column("ids").combine_chunks(), out.column("verdict").combine_chunks()
 
 
+def _one_array(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(texts, pa.ChunkedArray):
+        return texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
+    return texts
+
+
+def _large_offsets(texts: pa.Array) -> np.ndarray:
+    """The value offsets of a ``large_string`` array's rows (into its data buffer)."""
+    return np.frombuffer(texts.buffers()[1], np.int64)[texts.offset : texts.offset + len(texts) + 1]
+
+
 def parse_prompt_lists(
     texts: pa.Array | pa.ChunkedArray, keys: list[Any], con: duckdb.DuckDBPyConnection | None = None
 ) -> tuple[pa.Array, pa.Array]:
@@ -123,9 +133,7 @@ def parse_prompt_lists(
     row's ids are put in front. That gives exactly the whole parse when both parts parse
     cleanly in bulk, which is checked: a batch where one does not is parsed whole.
     """
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
-    texts = texts.cast(pa.large_string())
+    texts = _one_array(texts).cast(pa.large_string())
     prev = extended_rows(texts, keys)
     if not (prev >= 0).any():
         return parse_token_lists(texts, con)
@@ -150,9 +158,7 @@ def extended_rows(texts: pa.Array, keys: list[Any]) -> np.ndarray:
     prev = np.full(len(texts), -1, np.int64)
     if len(texts) == 0 or texts.null_count == len(texts):
         return prev
-    offsets = np.frombuffer(texts.buffers()[1], np.int64)[
-        texts.offset : texts.offset + len(texts) + 1
-    ].tolist()
+    offsets = _large_offsets(texts).tolist()
     data = texts.buffers()[2].to_pybytes() if texts.buffers()[2] is not None else b""
     valid = texts.is_valid().to_numpy(zero_copy_only=False)
     last: dict[Any, int] = {}
@@ -181,7 +187,7 @@ def appended_lists(texts: pa.Array, prev: np.ndarray) -> pa.Array:
     """Each text, or where ``prev`` is set only the elements it appends, as a list of their
     own: ``[1, 2, 3, 4]`` after ``[1, 2]`` gives ``[ 3, 4]`` (its ``,`` made a ``[``)."""
     n = len(texts)
-    offsets = np.frombuffer(texts.buffers()[1], np.int64)[texts.offset : texts.offset + n + 1]
+    offsets = _large_offsets(texts)
     data = np.frombuffer(texts.buffers()[2], np.uint8)
     starts = offsets[:-1].copy()
     ext = prev >= 0
