@@ -2,7 +2,8 @@
 
 The toy agent logs every chat call it makes (messages sent, answer, response id);
 the round must have recorded each of them with token ids, the dataset rows must
-decode to exactly that chat text, and training must leave a loadable model and
+be exactly the ids of that chat text (and decode to it, NFC-normalized as Qwen's
+tokenizer does), and training must leave a loadable model and
 a run record. If the proxy stops recording spans (e.g. the OTLP exporter of a
 newer opentelemetry sending them elsewhere), the call counts here stop matching.
 """
@@ -115,6 +116,10 @@ def test_dataset_rows_decode_to_the_exact_chat_text_the_agent_exchanged(round_ru
         prompt, response = row["input_ids"][:n_prompt], row["input_ids"][n_prompt:]
         assert row["labels"][n_prompt:] == response
         template = tokenizer.apply_chat_template(call["messages"], add_generation_prompt=True, tokenize=False)
+        assert prompt == tokenizer(template, add_special_tokens=False)["input_ids"]
+        # Qwen tokenizers NFC-normalize before BPE (so does vLLM with them): an answer the model
+        # spelled decomposed (r + U+0323) comes back composed (U+1E5B) in the next call's prompt.
+        template = tokenizer.backend_tokenizer.normalizer.normalize_str(template)
         assert tokenizer.decode(prompt, skip_special_tokens=False) == template
         # As in vLLM, a character whose bytes were still incomplete at the end stays out of the text.
         assert tokenizer.decode(response, skip_special_tokens=True).rstrip("\ufffd") == call["answer"]
