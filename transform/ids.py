@@ -38,7 +38,7 @@ class IdNames:
             if not holders:
                 continue
             ids = pl.concat(holders).drop_nulls().unique().sort()
-            del holders
+            del holders  # else they keep the string column alive after its frame is recoded
             names.ids[column] = ids.rename(column)
             frames = [names._coded(f, column) if column in f.columns else f for f in frames]
         return names, frames
