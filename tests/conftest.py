@@ -56,13 +56,12 @@ def ray_address():
 
 
 def _connect_driver(cluster: RayCluster):
-    import logging
-
     # Ray reads its auth token when it is first imported: the cluster's token goes in first.
     os.environ.update(cluster.env)
     import ray
+    from tracebank.transform.ray_engine import connect
 
-    ray.init(address=cluster.address, logging_level=logging.ERROR)
+    connect(cluster.address)  # as the product connects: the tests see what a user sees
     return ray
 
 

@@ -259,7 +259,9 @@ def connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     try:
-        ray.init(address=address, logging_level=logging.ERROR)
+        # stdout carries results only: the cluster's own log lines (a gcs_server's connection
+        # notices, workers' prints) are not forwarded to this process at all.
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise TransformError(
             f"cannot reach the Ray cluster at {address or 'a new local one'}: {str(exc).splitlines()[0]}",

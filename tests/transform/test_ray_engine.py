@@ -135,7 +135,43 @@ def test_cli_engine_ray_prints_the_local_summary(two_collections, ray_address):
     local = _cli(two_collections, "transform", "--name", "a")
     on_ray = _cli(two_collections, "transform", "--name", "b", "--engine", "ray", "--address", ray_address)
     assert local.exit_code == 0 and on_ray.exit_code == 0, on_ray.output
-    assert on_ray.output == local.output.replace("wrote a@v1", "wrote b@v1")
+    assert on_ray.stdout == local.stdout.replace("wrote a@v1", "wrote b@v1")
+
+
+_PRINTING_TASK = """
+import sys, time
+import ray
+from tracebank.transform.ray_engine import connect
+
+connect(sys.argv[1])
+
+@ray.remote
+def noisy():
+    print("NOISE-ON-STDOUT", flush=True)
+    print("NOISE-ON-STDERR", file=sys.stderr, flush=True)
+    return 1
+
+assert ray.get(noisy.remote()) == 1
+time.sleep(3)  # the log monitor forwards a worker's lines within about a second
+ray.shutdown()
+print("RESULT")
+"""
+
+
+def test_the_clusters_own_lines_never_reach_stdout(ray_address):
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PRINTING_TASK, ray_address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "RESULT\n"
 
 
 def test_cli_address_without_ray_engine_is_one_line(two_collections):
