@@ -32,6 +32,8 @@ POLL_S = 0.2
 HEARTBEAT_S = 30.0
 #: A holder of another host not heard from for this long is gone, whatever its pid says.
 STALE_S = 300.0
+#: The largest process id Linux hands out (PID_MAX_LIMIT on 64-bit).
+PID_MAX = 2**22
 
 
 def _start_token(pid: int) -> str | None:
@@ -63,8 +65,29 @@ class Owner:
         return cls(os.getpid(), socket.gethostname(), _start_token(os.getpid()), what)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Owner:
-        return cls(int(data["pid"]), str(data["host"]), data.get("start"), str(data.get("what", "")))
+    def from_dict(cls, data: Any) -> Owner:
+        """The owner ``data`` names; ValueError unless it is one (a claim or a run record may come
+        from a shared bucket: a pid beyond what the OS takes used to end `runs list` in a traceback)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"an owner is an object, not {type(data).__name__}")
+        pid, host, start, what = data.get("pid"), data.get("host"), data.get("start"), data.get("what", "")
+        if type(pid) is not int or not 0 < pid <= PID_MAX:
+            raise ValueError(f"owner pid {str(pid)[:20]!r} is not a process id")
+        if not isinstance(host, str) or not 0 < len(host) <= 255:
+            raise ValueError("owner host is not a host name")
+        if not (start is None or (isinstance(start, str) and start.isdigit() and len(start) <= 32)):
+            raise ValueError("owner start is not a start time")
+        if not isinstance(what, str):
+            raise ValueError("owner what is not text")
+        return cls(pid, host, start, what[:200])
+
+    @classmethod
+    def parse(cls, data: Any) -> Owner | None:
+        """The owner ``data`` names, or None when it names none (damage: not a holder)."""
+        try:
+            return cls.from_dict(data)
+        except ValueError:
+            return None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,9 +164,10 @@ class Claim:
     def _owner_of(self, gen: int) -> Owner | None:
         data = self.store.get(self._gen_key(gen))
         try:
-            return Owner.from_dict(json.loads(data)) if data is not None else None
-        except (ValueError, KeyError, TypeError):
-            return None  # a generation is created whole, so an unreadable one is damage: not a holder
+            doc = json.loads(data) if data is not None else None
+        except ValueError:
+            return None
+        return Owner.parse(doc)  # a generation is created whole, so an unreadable one is damage: not a holder
 
     def _live_holder(self, gens: _Generations) -> Owner | None:
         if not gens.top or gens.top in gens.released:

@@ -89,8 +89,8 @@ def settle_run(record: RunRecord) -> RunRecord:
     writes the verdict). A run of another host stays running: its end cannot be seen from here."""
     if record.status != "running" or not record.owner:
         return record
-    owner = Owner.from_dict(record.owner)
-    if owner.alive() is not False:
+    owner = Owner.parse(record.owner)
+    if owner is None or owner.alive() is not False:  # an unreadable owner may still be running
         return record
     gone = f"{PROCESS_GONE}: pid {owner.pid} on {owner.host} ended without finishing the run"
     return dataclasses.replace(record, status="failed", error=gone)

@@ -74,6 +74,73 @@ def test_an_unreadable_generation_is_not_a_holder(tmp_path):
     assert _holder_record(claim)["what"] == "next"
 
 
+HOSTILE_OWNERS = [
+    {"pid": 10**30, "host": "H", "start": None},  # os.kill raised OverflowError: a traceback
+    {"pid": -1, "host": "H", "start": None},  # kill(-1, 0) asks about every process
+    {"pid": 0, "host": "H", "start": None},  # kill(0, 0) asks about the process group
+    {"pid": True, "host": "H", "start": None},
+    {"pid": "12", "host": "H", "start": None},
+    {"pid": 12, "host": ["H"], "start": None},
+    {"pid": 12, "host": "H", "start": {"x": 1}},
+    [12, "H"],
+]
+
+
+@pytest.mark.parametrize("owner", HOSTILE_OWNERS, ids=range(len(HOSTILE_OWNERS)))
+def test_a_generation_naming_no_real_process_is_not_a_holder(tmp_path, owner):
+    import socket
+
+    if isinstance(owner, dict):
+        owner = {**owner, "host": socket.gethostname() if owner["host"] == "H" else owner["host"]}
+    store = LocalStore(tmp_path / "wh")
+    claim = Claim(store, "claims/x")
+    store.put("claims/x/0000000001", json.dumps(owner).encode())
+    assert claim.holder() is None
+    assert try_claim(claim, Owner.current("next")) is None
+    assert _holder_record(claim)["what"] == "next"
+
+
+@pytest.mark.parametrize("owner", HOSTILE_OWNERS, ids=range(len(HOSTILE_OWNERS)))
+def test_a_run_record_naming_no_real_process_reads_in_every_command(tmp_path, owner):
+    """A planted run record's owner is data: `runs list`, `runs show` and `gc` read it without a
+    traceback, and a run whose owner cannot be read is left as it says (it may still run)."""
+    import socket
+
+    from click.testing import CliRunner
+    from tracebank.warehouse.location import Warehouse
+
+    from tracebank.cli.main import cli
+
+    if isinstance(owner, dict):
+        owner = {**owner, "host": socket.gethostname() if owner["host"] == "H" else owner["host"]}
+    wh = Warehouse(tmp_path / "wh").init()
+    record = {
+        "run_id": "r1",
+        "status": "running",
+        "dataset": "d@v1",
+        "content_hash": None,
+        "base_model": "m",
+        "backend": "trl",
+        "output_dir": str(tmp_path / "out"),
+        "save": "lora",
+        "hyperparameters": {},
+        "libraries": {},
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "owner": owner,
+    }
+    (wh.root / "runs" / "r1").mkdir(parents=True)
+    (wh.root / "runs" / "r1" / "run.json").write_text(json.dumps(record))
+    for args in (["runs", "list"], ["runs", "show", "r1"], ["gc", "--dry-run"], ["gc"]):
+        out = CliRunner().invoke(cli, ["-w", str(wh.root), *args])
+        assert out.exception is None or isinstance(out.exception, SystemExit), (args, out.output)
+        assert "Traceback" not in out.output
+    shown = CliRunner().invoke(cli, ["-w", str(wh.root), "runs", "show", "r1", "--format", "json"])
+    if isinstance(owner, dict):
+        assert json.loads(shown.stdout)["status"] == "running"
+    else:  # not an object: the whole record is damage, left out with a warning
+        assert shown.exit_code == 1 and "not a valid run record" in shown.stderr
+
+
 def test_a_waiting_claimer_says_whom_it_waits_for_once(claim):
     first = Owner(Owner.current().pid, "this-host-as-first", None, "first")
     assert try_claim(claim, first) is None
