@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
-from tracebank.train.record import RunRecord, RunWriter, summarise
+from tracebank.train.record import RunWriter, summarise
 from tracebank.warehouse.query import run_sql
 from tracebank.warehouse.storage import Storage
+
+from tests.warehouse.test_records import _run
 
 
 def _strict(text, where):
@@ -20,24 +22,8 @@ def _strict_lines(path):
     return [_strict(line, path) for line in path.read_text().splitlines()]
 
 
-def _record() -> RunRecord:
-    return RunRecord(
-        run_id="r1",
-        status="running",
-        dataset="qa@v1",
-        content_hash="h",
-        base_model="m",
-        backend="trl",
-        output_dir="o",
-        save="merged",
-        hyperparameters={"seed": 1},
-        libraries={},
-        started_at="2026-01-01T00:00:00+00:00",
-    )
-
-
 def test_a_nan_loss_is_recorded_as_null_with_a_flag(wh):
-    writer = RunWriter(wh, _record())
+    writer = RunWriter(wh, _run())
     metrics = [
         {"step": 1, "split": "train", "loss": 2.5},
         {"step": 2, "split": "train", "loss": float("nan"), "grad_norm": float("inf")},
@@ -65,6 +51,6 @@ def test_a_nan_loss_is_recorded_as_null_with_a_flag(wh):
 
 
 def test_a_nan_an_older_tracebank_wrote_reads_as_null(wh):
-    writer = RunWriter(wh, _record())
+    writer = RunWriter(wh, _run())
     (writer.folder / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": NaN}\n')
     assert Storage(wh).run_metrics(writer.folder) == [{"step": 1, "split": "train", "loss": None}]
