@@ -12,16 +12,16 @@ importing agentlightning (seconds of LiteLLM start-up) for three small rules:
 3. v0.2: an ``agentlightning.annotation`` span with a ``reward`` attribute.
 
 Where upstream would crash (a malformed v0.3 payload) or hand back a value
-that is not a finite number (a string, NaN, inf), the span is rejected with a
-reason instead of becoming a reward.
+that is not a usable number (a string, NaN, inf, or beyond ``finite.REWARD_LIMIT``, where a
+margin or a mean would overflow), the span is rejected with a reason instead of becoming a reward.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
+from tracebank.warehouse import finite
 from tracebank.warehouse.contract import ANNOTATION_SPAN as ANNOTATION
 from tracebank.warehouse.contract import REWARD_PREFIX
 
@@ -30,6 +30,7 @@ AGENTOPS_KEYS = ("agentops.task.output", "agentops.entity.output")
 MALFORMED = "malformed_reward"
 NON_NUMERIC = "non_numeric_reward"
 NON_FINITE = "non_finite_reward"
+BEYOND_RANGE = "reward_beyond_range"
 
 
 class _NotAReward(Exception):
@@ -129,13 +130,18 @@ def reward_of(name: str | None, attrs: dict[str, Any]) -> tuple[Any, str, str | 
 
 
 def checked_value(value: Any) -> float:
-    """``value`` as a finite float, else ValueError(reason)."""
-    if isinstance(value, bool | int):
+    """``value`` as a usable reward (finite, within ``finite.REWARD_LIMIT``), else ValueError(reason)."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int):
+        if abs(value) > finite.REWARD_LIMIT:  # also an int too large for a float
+            raise ValueError(BEYOND_RANGE)
         return float(value)
     if not isinstance(value, float):
         raise ValueError(NON_NUMERIC)
-    if not math.isfinite(value):
-        raise ValueError(NON_FINITE)
+    problem = finite.reward_problem(value)
+    if problem is not None:
+        raise ValueError(BEYOND_RANGE if problem == finite.BEYOND_RANGE else NON_FINITE)
     return value
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from tracebank.rescore.record import ScoredRollout
 from tracebank.rescore.scorer import load_scorer
+from tracebank.warehouse import finite
 
 #: The scorer each worker process loaded (by its reference), so a chunk does not load it again.
 _LOADED: dict[str, Callable[[Any], Any]] = {}
@@ -28,9 +29,14 @@ def score_one(scorer: Callable[[Any], Any], record: ScoredRollout) -> tuple[floa
         return None, None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None, f"TypeError: the scorer returned {type(value).__name__}, not a float or None"
-    if not math.isfinite(value):
-        return None, f"ValueError: the scorer returned {value}"
-    return float(value), None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float range
+        number = math.inf if value > 0 else -math.inf
+    if finite.reward_problem(number) is not None:  # NaN, inf, or so large a margin would overflow
+        limit = f"±{finite.REWARD_LIMIT:g}"
+        return None, f"ValueError: the scorer returned {number:g}, not a number within {limit}"
+    return number, None
 
 
 def score_chunk(scorer: str, records: list[dict[str, Any]]) -> list[tuple[float | None, str | None]]:

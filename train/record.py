@@ -9,10 +9,12 @@ gets one JSON object per logged step or evaluation, appended as they happen; the
 from __future__ import annotations
 
 import datetime as dt
+import math
 import secrets
 from importlib import metadata
 from typing import Any
 
+from tracebank.warehouse import finite
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import RunRecord
 from tracebank.warehouse.storage import Storage
@@ -76,10 +78,10 @@ class RunWriter:
         return self.record.attempts[-1]
 
     def write(self) -> None:
-        self.storage.write_run(self.record)
+        self.storage.write_run(standard_record(self.record))
 
     def append_metric(self, event: dict[str, Any]) -> None:
-        self.storage.append_metric(self.record.run_id, event)
+        self.storage.append_metric(self.record.run_id, standard_metric(event))
 
     def finish(self, status: str, error: str | None = None) -> None:
         self.record.status = status
@@ -89,10 +91,37 @@ class RunWriter:
         self.write()
 
 
+# Training can produce a NaN or infinite loss (a diverged run is a real outcome); the warehouse holds
+# standard JSON only. Such a number is recorded as null, and where it was is named beside it.
+
+
+def standard_metric(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with each non-finite number null, and ``non_finite`` naming them (``{"loss": "nan"}``)."""
+    bad = {path: str(value) for path, value in finite.non_finite(event)}
+    return {**finite.nulled(event), "non_finite": bad} if bad else event
+
+
+def standard_record(record: RunRecord) -> RunRecord:
+    """``record`` with each non-finite number null, and ``summary.non_finite`` listing where they were."""
+    doc = record.to_json()
+    bad = [path for path, _ in finite.non_finite(doc)]
+    if not bad:
+        return record
+    clean = finite.nulled(doc)
+    clean["summary"] = {**(clean.get("summary") or {}), "non_finite": bad}
+    return RunRecord.from_json(clean, f"run record {record.run_id}")
+
+
+def _finite_loss(metric: dict[str, Any]) -> bool:
+    loss = metric.get("loss")
+    return loss is not None and math.isfinite(loss)
+
+
 def summarise(metrics: list[dict[str, Any]]) -> dict[str, Any]:
-    """Loss summary of a run from its metric events (first/last/min train loss, best eval loss)."""
-    train = [m for m in metrics if m.get("split") == "train" and m.get("loss") is not None]
-    evals = [m for m in metrics if m.get("split") == "eval" and m.get("loss") is not None]
+    """Loss summary of a run from its metric events (first/last/min train loss, best eval loss);
+    a NaN or infinite loss is left out of it and counted (``non_finite_losses``)."""
+    train = [m for m in metrics if m.get("split") == "train" and _finite_loss(m)]
+    evals = [m for m in metrics if m.get("split") == "eval" and _finite_loss(m)]
     out: dict[str, Any] = {
         "train_loss_first": train[0]["loss"] if train else None,
         "train_loss_last": train[-1]["loss"] if train else None,
@@ -105,4 +134,7 @@ def summarise(metrics: list[dict[str, Any]]) -> dict[str, Any]:
     if evals:
         best = min(evals, key=lambda m: m["loss"])
         out["eval_best_step"] = best.get("step")
+    skipped = sum(m.get("loss") is not None and not _finite_loss(m) for m in metrics)
+    if skipped:
+        out["non_finite_losses"] = skipped
     return out

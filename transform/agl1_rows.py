@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 from tracebank.transform.config import Agl1Limits
+from tracebank.warehouse import finite
 from tracebank.warehouse.contract import IGNORE_INDEX
 
 
@@ -87,7 +88,8 @@ def final_reward(values: list[Any]) -> float | None:
     value = values[-1]
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    # a NaN, an infinity or a number beyond the bound (a planted silver table) is no usable reward
+    return None if finite.reward_problem(float(value)) else float(value)
 
 
 def _limited_row(

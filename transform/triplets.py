@@ -6,7 +6,8 @@ This is design.md rules 1-5, done on columns instead of Span objects:
    over the chosen collections; a span collected twice counts once), ordered by
    (sequence_id, start_time, position in the collection);
 2. usable calls only, the first call of each response id wins;
-3. reward spans (silver ``rewards`` without a reject reason);
+3. reward spans (silver ``rewards`` without a reject reason, whose value is a usable reward:
+   ``transform.rewards.usable_rewards``);
 4. each reward, in sequence order, goes to the latest call not yet rewarded
    whose sequence id is smaller (upstream's loop, run per rollout on ids only);
 5. walking back from the last call, each call carries the most recent reward;
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from tracebank.transform.rewards import usable_rewards
 
 ORDER = ["rollout_id", "sequence_id", "start_time", "source_order", "span_index"]
 
@@ -158,7 +160,8 @@ def rewarded_calls(
     rewards = _latest_only(rewards, latest)
     bad = rewards.filter(pl.col("reject_reason").is_not_null())
     counts.rewards_rejected = dict(sorted(bad.group_by("reject_reason").len().iter_rows()))
-    rewards = rewards.filter(pl.col("reject_reason").is_null())
+    rewards, refused = usable_rewards(rewards.filter(pl.col("reject_reason").is_null()), "value")
+    counts.rewards_rejected |= {f"{reason}_reward": n for reason, n in refused.items()}
     counts.rewards = rewards.height
 
     own = _match_rewards(usable, rewards)

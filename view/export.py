@@ -16,7 +16,6 @@ has no recorded messages cannot be written as chat and is counted, not guessed.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -37,10 +36,11 @@ from tracebank.view.conversation import (
     version_rows,
 )
 from tracebank.view.errors import ViewError, ViewUsageError
-from tracebank.view.preference_export import iter_pairs, write_pairs
+from tracebank.view.preference_export import iter_pairs, jsonl_line, write_pairs
 from tracebank.view.roundtrip import RoundTrip, check_row
 from tracebank.view.tables import READ
 from tracebank.view.tokenizer import load_tokenizer, local_model_dir
+from tracebank.warehouse import finite
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.outputs import OutputGuard
@@ -157,17 +157,22 @@ def _write_jsonl(guard: OutputGuard, fmt: str, rows: Iterator[DatasetRow], tally
         with tmp.open("w", encoding="utf-8") as f:
             for row in rows:
                 if tally.see(row):
-                    f.write(json.dumps(_record(fmt, row), ensure_ascii=False) + "\n")
+                    f.write(jsonl_line(_record(fmt, row)) + "\n")
             f.flush()
             os.fsync(f.fileno())
         if not tally.written:
             raise _nothing_usable(tally)
 
 
+def _json_text(value: Any) -> str:
+    """A value held as JSON text in a column (standard JSON: a non-finite number as null)."""
+    return finite.dumps(finite.nulled(value))
+
+
 def _hf_record(row: DatasetRow) -> dict[str, Any]:
     return {
-        **{k: json.dumps(v) for k, v in prompt_completion(row).items()},
-        "tools": json.dumps(row.call.tools) if row.call is not None and row.call.tools else None,
+        **{k: _json_text(v) for k, v in prompt_completion(row).items()},
+        "tools": _json_text(row.call.tools) if row.call is not None and row.call.tools else None,
         "input_ids": row.input_ids,
         "labels": row.labels,
         "reward": row.reward,

@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 from tracebank.view.conversation import Call, Message, load_conversation
 from tracebank.view.errors import ViewError
+from tracebank.warehouse import finite
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,12 @@ def preference_record(fmt: str, pair: Pair) -> dict[str, Any]:
     }
 
 
+def jsonl_line(record: dict[str, Any]) -> str:
+    """One line of a JSONL export: standard JSON (a non-finite number as null), text kept as UTF-8,
+    U+2028 / U+2029 escaped so that a reader splitting lines on them does not cut the record."""
+    return finite.json_line(finite.nulled(record), ensure_ascii=False)
+
+
 def write_pairs(path: Path, fmt: str, pairs: Iterator[Pair | None]) -> tuple[int, int]:
     """Write the pairs as JSONL to ``path`` (the output guard's temp file); (written, skipped)."""
     written = skipped = 0
@@ -124,7 +131,7 @@ def write_pairs(path: Path, fmt: str, pairs: Iterator[Pair | None]) -> tuple[int
             if pair is None:
                 skipped += 1
                 continue
-            f.write(json.dumps(preference_record(fmt, pair), ensure_ascii=False) + "\n")
+            f.write(jsonl_line(preference_record(fmt, pair)) + "\n")
             written += 1
         f.flush()
         os.fsync(f.fileno())

@@ -13,6 +13,7 @@ from importlib.resources import files
 from typing import Any
 
 from tracebank.view.preference_view import pairs_html
+from tracebank.warehouse import finite
 
 
 def _asset(name: str) -> str:
@@ -150,8 +151,9 @@ _SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
 def script_json(data: Any) -> str:
-    """``data`` as JSON that can sit inside a ``<script>`` element whatever its strings hold."""
-    return json.dumps(data, default=str).translate(_SCRIPT_SAFE)
+    """``data`` as standard JSON (a non-finite number as null) that can sit inside a ``<script>``
+    element whatever its strings hold."""
+    return finite.dumps(finite.nulled(data), default=str).translate(_SCRIPT_SAFE)
 
 
 def page(data: dict[str, Any], plotly_js: str) -> str:

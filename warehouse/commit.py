@@ -21,7 +21,7 @@ import shutil
 import time
 from typing import Any
 
-from tracebank.warehouse import layout
+from tracebank.warehouse import finite, layout
 from tracebank.warehouse.atomic import json_bytes
 from tracebank.warehouse.bytestore import ByteStore
 from tracebank.warehouse.claims import Owner
@@ -29,13 +29,26 @@ from tracebank.warehouse.errors import WarehouseError
 from tracebank.warehouse.records import Manifest
 
 
+def record_bytes(doc: dict[str, Any], what: str) -> bytes:
+    """How a manifest or record is written: standard JSON (no NaN or Infinity, which readers other
+    than Python's refuse); WarehouseError naming the field of a non-finite number."""
+    try:
+        finite.dumps(doc)
+    except finite.NotStandardJSON as exc:
+        raise WarehouseError(
+            f"refusing to write {what}: {exc}", "a number that is not finite is a bug of its writer"
+        ) from None
+    return json_bytes(doc)
+
+
 def manifest_bytes(manifest: Manifest) -> bytes:
     """How a manifest is written: its JSON form with its format version."""
-    return json_bytes({**manifest.to_json(), "format_version": manifest.FORMAT_VERSION})
+    return record_bytes({**manifest.to_json(), "format_version": manifest.FORMAT_VERSION}, manifest.WHAT)
 
 
 def commit_folder(store: ByteStore, folder: str, manifest: Manifest, exclusive: bool) -> None:
     """Publish the files ``manifest`` lists under ``folder``, then the manifest, last."""
+    data = manifest_bytes(manifest)  # a manifest that cannot be written publishes nothing
     for entry in manifest.files:
         if not store.local_path(f"{folder}/{entry.path}").is_file():
             raise WarehouseError(f"refusing to commit {store.uri}/{folder}: {entry.path} is missing")
@@ -43,8 +56,8 @@ def commit_folder(store: ByteStore, folder: str, manifest: Manifest, exclusive: 
         store.publish(f"{folder}/{entry.path}")
     key = f"{folder}/{layout.MANIFEST}"
     if not exclusive:
-        store.put(key, manifest_bytes(manifest))
-    elif not store.create_exclusive(key, manifest_bytes(manifest)):
+        store.put(key, data)
+    elif not store.create_exclusive(key, data):
         raise WarehouseError(f"{store.uri}/{folder} was committed by another writer first")
 
 
@@ -83,6 +96,7 @@ def release_version(store: ByteStore, folder: str) -> None:
 
 
 def read_json(store: ByteStore, key: str) -> Any:
-    """The parsed JSON of ``key``, None when absent; invalid JSON raises ValueError."""
+    """The parsed JSON of ``key``, None when absent; ValueError when it is not standard JSON
+    (NaN, Infinity and numbers beyond float range included: see :mod:`finite`)."""
     data = store.get(key)
-    return None if data is None else json.loads(data)
+    return None if data is None else finite.loads(data)

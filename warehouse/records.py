@@ -20,6 +20,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, Union
 
+from tracebank.warehouse import finite
 from tracebank.warehouse.errors import CorruptFileError
 
 R = TypeVar("R", bound="Record")
@@ -102,6 +103,9 @@ class Record:
     def from_json(cls: type[R], data: Any, source: str) -> R:
         """The record ``data`` describes; CorruptFileError naming ``source`` if its shape is wrong."""
         try:
+            found = finite.first_non_finite(data, cls.WHAT)  # records hold standard JSON numbers only
+            if found is not None:
+                raise ValueError(f"{found[0]} is {found[1]}, not a finite number")
             return cls._from_json(data, cls.WHAT)
         except ValueError as exc:
             raise CorruptFileError(

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-from tracebank.warehouse import commit, layout
-from tracebank.warehouse.atomic import atomic_path, json_bytes, sha256_file
+from tracebank.warehouse import commit, finite, layout
+from tracebank.warehouse.atomic import atomic_path, sha256_file
 from tracebank.warehouse.bytestore import ByteStore
 from tracebank.warehouse.claims import Owner
 from tracebank.warehouse.contract import SILVER_VERSION
@@ -389,9 +389,10 @@ class Storage:
         """A run's metric events; a line being appended right now is skipped."""
         data = self.store.get(f"{self.wh.key(folder)}/{layout.RUN_METRICS}")
         events = []
-        for line in (data or b"").decode("utf-8", "replace").splitlines():
+        for line in (data or b"").decode("utf-8", "replace").split("\n"):
             try:
-                event = json.loads(line)
+                # only shown and summarised: a NaN an older tracebank wrote reads as null
+                event = finite.nulled(json.loads(line))
             except ValueError:
                 continue
             if isinstance(event, dict):
@@ -552,14 +553,14 @@ class Storage:
         key = f"{layout.run_key(run_id)}/{layout.RUN_METRICS}"
         path = self.wh.path(key)
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(event, sort_keys=True) + "\n")
+            fh.write(finite.json_line(event, sort_keys=True) + "\n")
             fh.flush()
         if _push_due(path):
             self.store.publish(key)
 
 
 def _record_bytes(record: RunRecord) -> bytes:
-    return json_bytes(record.to_json())
+    return commit.record_bytes(record.to_json(), f"run record {record.run_id}")
 
 
 def _push_due(path: Path) -> bool:

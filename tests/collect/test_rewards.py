@@ -85,3 +85,11 @@ def test_bad_values_are_rejected_with_a_reason(attrs, reason):
     got = classify("agentlightning.annotation", json.dumps(attrs))
     assert got is not None and got[3] == reason
     assert got[0] is None or not math.isfinite(got[0])
+
+
+@pytest.mark.parametrize("value", [1e101, -1e308, 10**400], ids=["1e101", "-1e308", "10**400"])
+def test_a_reward_beyond_the_bound_is_rejected_with_its_reason(value):
+    """A reward so large that a margin or a mean of rewards would overflow is not a reward."""
+    attrs = {"agentops.task.output": json.dumps({"type": "reward", "value": value})}
+    got = classify("agentlightning.annotation", json.dumps(attrs))
+    assert got is not None and got[3] == "reward_beyond_range"

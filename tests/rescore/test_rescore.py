@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 from tracebank.rescore import RescoreConfig, rescore
 from tracebank.rescore.errors import RescoreUsageError
@@ -9,6 +12,7 @@ from tracebank.transform import TransformConfig, transform
 from tracebank.transform.config import PreferenceRules
 from tracebank.warehouse.query import run_sql
 
+from tests.fixtures.layers import commit_layer
 from tests.fixtures.preference import commit_03, oracle_candidates, plan
 from tests.transform.preference_oracle import oracle_pairs
 
@@ -137,3 +141,80 @@ def test_sft_rows_are_selected_by_the_layer(wh, rollouts, scorers):
     assert kept != {r["rollout_id"] for r in rows if r["version"] == collected.ref.version}
     assert rescored.manifest["params"]["rewards"] == "short@v1"
     assert rescored.manifest["counts"]["reward_layer"]["ref"] == "short@v1"
+
+
+EXTREME = """
+def extreme(rollout):
+    _, _, task, index = rollout.rollout_id.split("-")  # ro-SEED-TASK-INDEX
+    if int(task) % 3:
+        return rollout.reward
+    return {"0": 1e308, "1": -1e308, "2": 10**400}.get(index, rollout.reward)
+"""
+
+
+def _strict(path):
+    """``path`` parsed as standard JSON only (NaN, Infinity and -Infinity are not JSON)."""
+
+    def refuse(name):
+        raise ValueError(f"{path} holds {name}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_scorer_beyond_the_bound_fails_that_rollout_and_margins_stay_finite(wh, tmp_path):
+    """The finding: a scorer returning ±1e308 was accepted; pair margins overflowed to inf and the
+    dataset manifest was written with ``Infinity`` (not JSON); numpy warned on stderr."""
+    planned = plan(seed=5)
+    commit_03(wh, planned)
+    path = tmp_path / "extreme_scorer.py"
+    path.write_text(EXTREME)
+    result = rescore(wh, RescoreConfig(scorer=f"{path}:extreme", name="x", workers=1))
+    counts = result.record.counts
+    assert counts["failed"] == len(planned) - counts["scored"] - counts["unscored"] > 0
+    assert all(line.startswith("ValueError: the scorer returned") for line in counts["failures"])
+    assert all("within ±1e+100" in line for line in counts["failures"])
+    scores = [r["score"] for r in layer_rows(wh, "x") if r["score"] is not None]
+    assert scores and all(abs(s) <= 1 for s in scores)  # the layer is written with the rest
+
+    pairs = transform(wh, TransformConfig(name="p", kind="preference", rewards="x"))
+    manifest = _strict(pairs.folder / "manifest.json")
+    margin = manifest["counts"]["margin"]
+    assert all(math.isfinite(margin[k]) for k in ("min", "mean", "max"))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_planted_layer_s_nan_inf_and_huge_scores_are_refused_counted_and_never_used(wh, rollouts):
+    """The finding: `transform --rewards` paired NaN with NaN and inf with inf, and
+    `--min-reward 0.5` kept NaN rows, when a layer's scores file held them."""
+    bad = {"0": float("nan"), "1": float("inf"), "2": -1e300}
+
+    def planted(rid, reward):
+        _, _, task, index = rid.split("-")  # ro-SEED-TASK-INDEX
+        return reward if int(task) % 3 else bad.get(index, reward)
+
+    scores = {r.rollout_id: planted(r.rollout_id, r.reward) for r in rollouts}
+    commit_layer(wh, "planted", scores)
+    refused = {rid for rid, s in scores.items() if not (math.isfinite(s) and abs(s) <= 1e100)}
+    want = {
+        "nan": sum(r[-1] == "0" for r in refused),
+        "inf": sum(r[-1] == "1" for r in refused),
+        "beyond_range": sum(r[-1] == "2" for r in refused),
+    }
+    assert all(want.values())
+
+    pairs = transform(wh, TransformConfig(name="p", kind="preference", rewards="planted"))
+    rows = run_sql(
+        wh,
+        "SELECT chosen_rollout_id c, rejected_rollout_id r, chosen_reward cr, rejected_reward rr "
+        "FROM preference_rows",
+    ).to_pylist()
+    assert rows and not {x for row in rows for x in (row["c"], row["r"])} & refused
+    assert all(row["cr"] > row["rr"] for row in rows)
+    layer = _strict(pairs.folder / "manifest.json")["counts"]["reward_layer"]
+    assert layer["refused_scores"] == want
+
+    sft = transform(wh, TransformConfig(name="s", rewards="planted", min_reward=0.5))
+    kept = run_sql(wh, "SELECT rollout_id, reward FROM dataset_rows WHERE dataset = 's'").to_pylist()
+    assert kept and all(r["reward"] >= 0.5 and r["rollout_id"] not in refused for r in kept)
+    assert _strict(sft.folder / "manifest.json")["counts"]["reward_layer"]["refused_scores"] == want

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
+from tracebank.transform import TransformConfig, transform
 from tracebank.view import ExportConfig, export
 from tracebank.warehouse.catalog import resolve_dataset
 
+from tests.fixtures.preference import commit_03, plan
 from tracebank.cli.main import cli
 
 
@@ -198,3 +201,26 @@ def test_trl_sft_trainer_on_exported_rows_trains_the_versions_tokens(view_wh, tm
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(loss > 0 for loss in losses)
+
+
+LINE_BREAKERS = "one\u2028two\u2029three"
+
+
+@pytest.mark.parametrize(
+    "fmt", ["openai", "trl-messages", "trl-prompt-completion", "trl-preference", "openai-preference"]
+)
+def test_jsonl_exports_escape_u2028_and_u2029(wh, tmp_path, fmt):
+    """The finding: JSONL exports kept raw U+2028 / U+2029 (valid JSON, but JavaScript's and
+    Python's line splitters end a line there and cut the record in two)."""
+    planned = plan(seed=5)
+    for rollout in planned:
+        rollout.replies = [f"{LINE_BREAKERS} {reply}" for reply in rollout.replies]
+    commit_03(wh, planned)
+    preference = fmt.endswith("preference")
+    transform(wh, TransformConfig(name="d", kind="preference" if preference else "sft"))
+    out = tmp_path / "d.jsonl"
+    export(wh, ExportConfig(dataset="d", output=out, format=fmt))
+    text = out.read_text(encoding="utf-8")
+    assert "\u2028" not in text and "\u2029" not in text
+    records = [json.loads(line) for line in text.splitlines()]  # splitlines splits at U+2028 too
+    assert records and all(LINE_BREAKERS in json.dumps(r, ensure_ascii=False) for r in records)

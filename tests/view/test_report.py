@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from click.testing import CliRunner
 from tracebank.view.report_data import drop_reasons
 
@@ -15,12 +16,17 @@ def _report(wh_root, *args):
     return CliRunner().invoke(cli, ["--warehouse", str(wh_root), "report", *args])
 
 
+def _refuse(name):
+    raise ValueError(f"the page's data holds {name}, which the page script's JSON.parse refuses")
+
+
 def _embedded(path) -> dict:
+    """The page's data, parsed as the page script does: standard JSON only (no NaN or Infinity)."""
     match = re.search(
         r'<script type="application/json" id="report-data">(.*?)</script>', path.read_text(), re.S
     )
     assert match
-    return json.loads(match.group(1).replace("<\\/", "</"))
+    return json.loads(match.group(1).replace("<\\/", "</"), parse_constant=_refuse)
 
 
 def test_a_dataset_report_covers_that_version_and_its_collections(view_wh, tmp_path):
@@ -101,3 +107,57 @@ def test_no_string_can_end_or_comment_out_the_page_scripts():
     text = script_json(data)
     assert not any(s in text.lower() for s in ("<!--", "<script", "</script", "<", ">"))
     assert json.loads(text) == data
+
+
+def _plant_rewards(folder, rewards: list[float]) -> None:
+    """Rewrite a committed dataset version's train file with ``rewards`` (as a co-worker with write
+    access could), its manifest entry updated so that the sizes and hashes still match."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tracebank.warehouse.atomic import sha256_file
+
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    entry = next(e for e in manifest["files"] if e.get("split") == "train")
+    path = folder / entry["path"]
+    table = pq.read_table(path)
+    column = [rewards[i % len(rewards)] for i in range(table.num_rows)]
+    table = table.set_column(table.schema.get_field_index("reward"), "reward", pa.array(column, pa.float64()))
+    pq.write_table(table, path)
+    entry.update(bytes=path.stat().st_size, sha256=sha256_file(path))
+    manifest_path.write_text(json.dumps(manifest))
+
+
+EXTREMES = [float("nan"), float("inf"), float("-inf"), 1e308, -1e308, 0.5]
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_report_over_extreme_values_embeds_standard_json(wh, tmp_path):
+    """The finding: a manifest or a row holding Infinity or NaN went into the page's data as is;
+    the page script's JSON.parse failed on it: no charts, no conversations."""
+    from tracebank.transform import TransformConfig, transform
+    from tracebank.warehouse.storage import Storage
+
+    from tests.fixtures.preference import commit_03, plan
+    from tests.warehouse.test_records import _run
+
+    planned = plan(seed=5)
+    for rollout, reward in zip(planned, EXTREMES, strict=False):
+        rollout.reward = reward  # collected rewards: collect rejects them, keeping the value seen
+    commit_03(wh, planned)
+    version = transform(wh, TransformConfig(name="d"))
+    _plant_rewards(version.folder, EXTREMES)
+    storage = Storage(wh)
+    run = storage.start_run(_run(dataset=str(version.ref)))
+    (run / "metrics.jsonl").write_text(  # as an older tracebank wrote a diverged run
+        '{"step": 1, "split": "train", "loss": 2.5}\n{"step": 2, "split": "train", "loss": NaN}\n'
+    )
+    out = tmp_path / "extreme.html"
+    result = _report(wh.root, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    data = _embedded(out)
+    (dataset,) = data["datasets"]
+    shown = dataset["row_rewards"] + [c["reward"] for c in dataset["conversations"]]
+    assert None in shown and 1e308 in shown and 0.5 in shown
+    (run_data,) = data["runs"]
+    assert [c["loss"] for c in run_data["curves"]] == [[2.5]]

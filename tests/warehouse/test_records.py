@@ -177,3 +177,53 @@ def test_a_run_record_is_rewritten_whole(wh):
     ((read_folder, read),) = storage.runs()
     assert read_folder == folder and read == record
     assert storage.run_metrics(folder) == [{"step": 1, "loss": 2.5}]
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_manifest_holding_a_non_standard_number_is_one_line_naming_the_file(wh, number):
+    """Manifests are read as standard JSON only: Python's json reads NaN, Infinity and 1e999 (as
+    inf), which the report's page script, jq and DuckDB refuse."""
+    storage = Storage(wh)
+    version, folder = storage.reserve_version("qa")
+    storage.commit_version(folder, DatasetManifest(name="qa", version=version, content_hash="h"))
+    text = (folder / MANIFEST).read_text().replace('"stats": {}', f'"stats": {{"reward": {number}}}')
+    (folder / MANIFEST).write_text(text)
+    with pytest.raises(CorruptFileError, match=r"v0001/manifest\.json is not valid JSON: it holds") as err:
+        read_manifest(folder, DatasetManifest)
+    assert "\n" not in err.value.one_line()
+    with pytest.warns(DamageWarning, match=r"left out datasets/qa/v0001"):
+        assert catalog.dataset_versions(wh) == []
+
+
+def test_a_run_record_holding_nan_is_refused_naming_the_file(wh):
+    Storage(wh).start_run(_run())
+    path = wh.run_dir("r1") / "run.json"
+    path.write_text(path.read_text().replace('"summary": {}', '"summary": {"loss": NaN}'))
+    with pytest.raises(CorruptFileError, match=r"run\.json is not valid JSON: it holds NaN"):
+        Storage(wh).read_run("r1")
+
+
+def test_a_non_finite_record_is_refused_in_memory_too():
+    data = {**_run().to_json(), "summary": {"loss": float("inf")}}
+    with pytest.raises(CorruptFileError, match=r"run record\.summary\.loss is inf, not a finite number"):
+        RunRecord.from_json(data, "memory")
+
+
+def test_writing_a_non_finite_number_fails_before_anything_is_committed(wh):
+    """Never a manifest with NaN or Infinity (not JSON), and never half a commit: the error names
+    the field, the version stays invisible and its reservation can be given back."""
+    storage = Storage(wh)
+    version, folder = storage.reserve_version("qa")
+    entry = storage.write_table(folder, "train.parquet", pa.table({"input_ids": [[1, 2]]}), "dataset_rows")
+    manifest = DatasetManifest(
+        name="qa", version=version, content_hash="h", stats={"reward": {"max": float("inf")}}, files=[entry]
+    )
+    with pytest.raises(
+        WarehouseError, match=r"refusing to write dataset manifest: stats\.reward\.max is inf, not a finite"
+    ):
+        storage.commit_version(folder, manifest)
+    assert not (folder / MANIFEST).exists() and catalog.dataset_versions(wh) == []
+    record = _run(summary={"loss": float("nan")})
+    with pytest.raises(WarehouseError, match=r"run record r1: summary\.loss is nan"):
+        storage.start_run(record)
+    assert storage.run_ids() == []

@@ -2,38 +2,20 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
-from tracebank.warehouse import layout, schemas
+from tracebank.warehouse import layout
 from tracebank.warehouse.catalog import resolve_reward_layer
 from tracebank.warehouse.errors import NotFoundError
 from tracebank.warehouse.gc import gc
 from tracebank.warehouse.records import RewardLayerManifest
-from tracebank.warehouse.storage import Storage, encode_parquet
+from tracebank.warehouse.storage import Storage
 from tracebank.warehouse.verify import verify
+
+from tests.fixtures.layers import commit_layer as commit_scores
 
 
 def commit_layer(wh, name: str, scores: list[float | None]) -> RewardLayerManifest:
-    storage = Storage(wh)
-    version, folder = storage.reserve_reward_layer(name)
-    table = pa.Table.from_pydict(
-        {
-            "collection_id": ["c"] * len(scores),
-            "rollout_id": [f"r{i}" for i in range(len(scores))],
-            "attempt_id": ["a"] * len(scores),
-            "score": scores,
-            "error": [None] * len(scores),
-        },
-        schema=schemas.REWARD_SCORES,
-    )
-    entry = storage.write_buffer(
-        folder, "scores.parquet", encode_parquet(table), table.num_rows, "reward_scores"
-    )
-    manifest = RewardLayerManifest(
-        name=name, version=version, scorer="m:f", source_hash="s", content_hash=f"h{version}", files=[entry]
-    )
-    storage.commit_reward_layer(folder, manifest)
-    return manifest
+    return commit_scores(wh, name, {f"r{i}": score for i, score in enumerate(scores)})
 
 
 def test_layers_resolve_by_name_and_version_and_read_back(wh):
