@@ -422,17 +422,16 @@ def kernel_smoke(ctx: Context) -> dict[str, Any]:
     result: dict[str, Any] = {
         "device": device,
         "fused": fused_loss_available(device),
-        "selective_log_softmax_max_abs_diff": float((fused.float() - plain).abs().max()),
+        # relative to the largest log-prob: bf16 logits carry 8 bits of mantissa
+        "selective_log_softmax_max_rel_diff": _relative(fused, plain),
         "first_call_s": round(time.perf_counter() - started, 2),
     }
     failures = []
-    if result["selective_log_softmax_max_abs_diff"] > 5e-2:
-        failures.append(
-            f"selective_log_softmax differs by {result['selective_log_softmax_max_abs_diff']:.3g}"
-        )
+    if (diff := result["selective_log_softmax_max_rel_diff"]) > 2e-2:
+        failures.append(f"selective_log_softmax differs by {diff:.3g}")
     if ctx.cuda:
         result["chunked_logprob"] = _chunked_logprob(torch)
-        if result["chunked_logprob"]["max_rel_diff"] > 5e-2:
+        if result["chunked_logprob"]["max_rel_diff"] > 3e-2:  # fp32 gradients of bf16 tiles
             failures.append(
                 f"ChunkedLogProbFunction differs by {result['chunked_logprob']['max_rel_diff']:.3g}"
             )
@@ -448,6 +447,9 @@ def _chunked_logprob(torch: Any) -> dict[str, Any]:
     from trl.trainer import utils as trl_utils
 
     chunk = getattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 4096)  # what the SFT loss passes
+    from trl.trainer import utils as trl_utils
+
+    chunk = getattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 4096)  # what the SFT loss passes
 
     hidden = (torch.randn(2048, 896, device="cuda", dtype=torch.bfloat16) * 0.5).requires_grad_()
     weight = (torch.randn(32000, 896, device="cuda", dtype=torch.bfloat16) * 0.05).requires_grad_()
@@ -457,10 +459,12 @@ def _chunked_logprob(torch: Any) -> dict[str, Any]:
     plain = torch.log_softmax(hidden.float() @ weight.float().T, -1).gather(-1, targets[:, None])[:, 0]
     (plain_grad,) = torch.autograd.grad(plain.sum(), hidden)
 
-    def rel(a: Any, b: Any) -> float:
-        return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1e-6))
+    return {"max_rel_diff": max(_relative(fused, plain), _relative(fused_grad, plain_grad))}
 
-    return {"max_rel_diff": max(rel(fused, plain), rel(fused_grad, plain_grad))}
+
+def _relative(got: Any, want: Any) -> float:
+    """Largest difference, relative to the largest value wanted."""
+    return float((got.float() - want.float()).abs().max() / want.float().abs().max().clamp(min=1e-6))
 
 
 def printer(prefix: str) -> Callable[[Any], None]:
