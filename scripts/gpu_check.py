@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Seconds the report needs after the last step (writing it, ending children).
@@ -135,7 +135,7 @@ class Report:
 class Tee:
     """Everything printed goes to the console and to OUT/gpu_check.log."""
 
-    def __init__(self, *streams: TextIO) -> None:
+    def __init__(self, *streams: Any) -> None:
         self.streams = streams
 
     def write(self, text: str) -> int:
@@ -447,10 +447,6 @@ def _chunked_logprob(torch: Any) -> dict[str, Any]:
     from trl.trainer import utils as trl_utils
 
     chunk = getattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 4096)  # what the SFT loss passes
-    from trl.trainer import utils as trl_utils
-
-    chunk = getattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 4096)  # what the SFT loss passes
-
     hidden = (torch.randn(2048, 896, device="cuda", dtype=torch.bfloat16) * 0.5).requires_grad_()
     weight = (torch.randn(32000, 896, device="cuda", dtype=torch.bfloat16) * 0.05).requires_grad_()
     targets = torch.randint(0, 32000, (2048,), device="cuda")
@@ -458,7 +454,6 @@ def _chunked_logprob(torch: Any) -> dict[str, Any]:
     (fused_grad,) = torch.autograd.grad(fused.sum(), hidden)
     plain = torch.log_softmax(hidden.float() @ weight.float().T, -1).gather(-1, targets[:, None])[:, 0]
     (plain_grad,) = torch.autograd.grad(plain.sum(), hidden)
-
     return {"max_rel_diff": max(_relative(fused, plain), _relative(fused_grad, plain_grad))}
 
 

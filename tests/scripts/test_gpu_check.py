@@ -25,6 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 #: Neither on the GPU image nor staged: the train path must not import them.
 NOT_ON_GPU_MACHINE = ("duckdb", "polars", "orjson", "agentlightning", "plotly")
+#: Loaded at start-up from PYTHONPATH: drops the editable install's finders, which would otherwise
+#: resolve tracebank.* to the checkout and hide an import that works only there.
+NOT_EDITABLE = """import sys
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+sys.path_hooks[:] = [h for h in sys.path_hooks if not getattr(h, "__module__", "").startswith("__editable__")]
+"""
 #: The CPU dry run's sizes for the 0.5B step (its code path, not its speed).
 DRY_RUN = [
     "--allow-cpu",
@@ -174,6 +180,7 @@ def gpu_layout(tmp_path_factory):
         (base / "absent" / module / "__init__.py").write_text(
             f"raise ImportError('{module} is not on the GPU machine')\n"
         )
+    (base / "absent" / "sitecustomize.py").write_text(NOT_EDITABLE)
     env = {
         **os.environ,
         "PYTHONPATH": f"{base / 'site'}{os.pathsep}{base / 'absent'}",
