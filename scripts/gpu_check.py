@@ -383,9 +383,9 @@ def environment(ctx: Context) -> dict[str, Any]:
         info["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
     ctx.report.step("environment")["result"] = info  # on disk before anything slow
     ctx.report.write()
-    for module in ("bitsandbytes", "unsloth"):
+    for module in ("bitsandbytes", "unsloth"):  # unsloth last: its first import compiles, give it the rest
         if importlib.util.find_spec(module) is not None:
-            info[f"{module}_import"] = _imports_in_child(module, max(10.0, ctx.left() / 2))
+            info[f"{module}_import"] = _imports_in_child(module, max(10.0, ctx.left() - RESERVE_S))
     info["auto_resolves_to"] = _auto_resolution(info)
     return info
 

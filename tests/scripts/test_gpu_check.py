@@ -166,11 +166,10 @@ def gpu_layout(tmp_path_factory):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip", "-q"]
-    subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(base / "wheels"), str(source)],
-        check=True,
-        capture_output=True,
-    )
+    build = [*pip, "wheel", "--no-deps", "-w", str(base / "wheels"), str(source)]
+    # The environment's own setuptools when it is new enough, else pip fetches one (isolated build).
+    if subprocess.run([*build, "--no-build-isolation"], capture_output=True).returncode:
+        subprocess.run(build, check=True, capture_output=True)
     wheel = next((base / "wheels").glob("tracebank-*.whl"))
     subprocess.run(
         [*pip, "install", "--no-deps", "--no-compile", "--target", str(base / "site"), str(wheel)], check=True
