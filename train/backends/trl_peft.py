@@ -100,5 +100,9 @@ def save_whole(
     else:
         weights = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state_dict.items()}
         model.save_pretrained(out_dir, state_dict=weights)
+        # save_pretrained wrote the module's dtype (float32: accelerate upcasts trainable weights),
+        # not the dtype of the weights it was handed: config.json must name the one on disk.
+        model.config.dtype = dtype_name
+        model.config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return {"save": "full", "dtype": dtype_name}
