@@ -396,3 +396,11 @@ def test_a_resume_refused_for_its_output_creates_nothing(killed_run, tmp_path, m
     assert done.returncode == 1 and done.stderr.strip().count("\n") == 0, done.stderr
     assert done.stderr.startswith("Error: ") and "start a new run" in done.stderr
     assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("setting", [{"lora_r": "many"}, {"learning_rate": None}])
+def test_a_record_with_settings_of_the_wrong_type_is_one_line(killed_run, tmp_path, setting):
+    wh, run_id = _planted_copy(killed_run, tmp_path, tmp_path / "model", **setting)
+    done = _resume(wh, run_id)
+    assert done.returncode == 1 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert done.stderr.startswith("Error: ") and not (tmp_path / "model").exists()
