@@ -30,15 +30,17 @@ _KEYS = (
 )
 
 
-def written_by_train(folder: Path) -> bool:
-    """Whether ``folder`` holds a model train wrote: its tracebank.json (or, from older
-    versions, its .tracebank-output.json) names the run."""
+def written_by_train(folder: Path, run_id: str | None = None) -> bool:
+    """Whether ``folder`` holds a model train wrote: its tracebank.json (or, from older versions,
+    its .tracebank-output.json) names a run, or with ``run_id`` names that run (what `train
+    --resume` may replace: its own output, never another run's)."""
     for name in (PROVENANCE_FILE, LEGACY_MARKER):
         try:
             doc = json.loads((folder / name).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        if isinstance(doc, dict) and isinstance(doc.get("run_id"), str) and doc["run_id"]:
+        named = doc.get("run_id") if isinstance(doc, dict) else None
+        if isinstance(named, str) and named and (run_id is None or named == run_id):
             return True
     return False
 

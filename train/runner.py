@@ -17,10 +17,13 @@ attempt of the same run (one record, one entry per attempt in ``attempts``).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,19 +39,23 @@ from tracebank.train.record import RunRecord, RunWriter, library_versions, new_r
 from tracebank.train.supervisor import ChildRun, child_command
 from tracebank.warehouse import catalog
 from tracebank.warehouse.claims import Claim, Owner, output_claim, release, try_claim
-from tracebank.warehouse.errors import TracebankError
+from tracebank.warehouse.errors import TracebankError, warn_damage
 from tracebank.warehouse.layout import staging_dir
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.outputs import OutputGuard
+from tracebank.warehouse.replay import defaults_of, replay_train
 from tracebank.warehouse.storage import Storage, settle_run
 
 from tracebank.events import OnEvent, RunChecked, RunFinished, RunStarted
 
 
-def _output_guard(wh: Warehouse, output: Path, overwrite: bool) -> OutputGuard:
+def _output_guard(
+    wh: Warehouse, output: Path, overwrite: bool, owned: Callable[[Path], bool] = written_by_train
+) -> OutputGuard:
     """--output through the one output guard (`warehouse/outputs.py`): never the warehouse, inside
     it or above it; never a file; --overwrite replaces only a model folder train wrote (its
-    tracebank.json names a run), and the old folder is removed only once the new one is there."""
+    tracebank.json names a run; for a resumed run, that run), and the old folder is removed only
+    once the new one is there."""
     return OutputGuard(
         output,
         kind="folder",
@@ -56,8 +63,16 @@ def _output_guard(wh: Warehouse, output: Path, overwrite: bool) -> OutputGuard:
         command="train",
         overwrite=overwrite,
         overwrite_flag="--overwrite",
-        owned=written_by_train,
+        owned=owned,
     )
+
+
+def _run_guard(wh: Warehouse, run: _Run) -> OutputGuard:
+    """The output guard of one attempt: a resumed run replaces only its own model folder."""
+    if run.resume_from is None:
+        return _output_guard(wh, run.output, run.config.overwrite)
+    own = functools.partial(written_by_train, run_id=run.record.run_id)
+    return _output_guard(wh, run.output, run.config.overwrite, owned=own)
 
 
 def _claim_output(wh: Warehouse, output: Path, owner: Owner) -> Claim:
@@ -122,6 +137,7 @@ def train(wh: Warehouse, config: TrainConfig, on_event: OnEvent | None = None) -
     wh.check_format()
     version = open_version(wh, config.dataset)
     output = Path(config.output).expanduser().resolve()
+    config = dataclasses.replace(config, output=str(output))  # recorded absolute: a replay elsewhere agrees
     base = resolve_base_model(config.base_model)
     _output_guard(wh, output, config.overwrite).check()
     run_id = new_run_id(version.ref.name)
@@ -168,7 +184,11 @@ def _join_as_node(wh: Warehouse, run: _Run, emit: OnEvent) -> RunRecord:
 
 def resume(wh: Warehouse, run_id: str, on_event: OnEvent | None = None) -> RunRecord:
     """Continue a failed or interrupted run from its last whole checkpoint, as a new attempt of the
-    same run: same dataset version (its content hash checked), same settings, same output."""
+    same run: same dataset version (its content hash checked), same output.
+
+    The record is data, not authority (`warehouse.replay`): only the settings that shape the model
+    are taken from it; the run resumes on this machine as one process, and writes only into an
+    output that is absent (its parent folder there) or holds this run's own model."""
     wh.check_format()
     _, record = catalog.resolve_run(wh, run_id)
     record = settle_run(record)
@@ -180,7 +200,8 @@ def resume(wh: Warehouse, run_id: str, on_event: OnEvent | None = None) -> RunRe
             f"run {record.run_id} is still running" + (f" ({owner.describe()})" if owner else ""),
             "wait for it to end, or stop it first",
         )
-    config = TrainConfig.from_dict(record.hyperparameters).validate()
+    output, overwrite = _resume_output(record)
+    config = _resume_config(record, output, overwrite)
     version = open_version(wh, record.dataset)
     if version.content_hash != record.content_hash:
         raise TrainError(
@@ -194,25 +215,73 @@ def resume(wh: Warehouse, run_id: str, on_event: OnEvent | None = None) -> RunRe
             f"run {record.run_id} left no checkpoint to resume from",
             "it ran without --save-steps or stopped before its first checkpoint; start a new run",
         )
-    output = Path(record.output_dir)
-    _output_guard(wh, output, config.overwrite).check()
+    own = functools.partial(written_by_train, run_id=record.run_id)
+    _output_guard(wh, output, config.overwrite, owned=own).check()
     if record.attempts and record.attempts[-1]["status"] == "running":  # killed: nobody wrote its end
         record.attempts[-1].update(status="failed", error=record.error)
     record.status, record.error, record.finished_at = "running", None, None
+    record.hyperparameters = config.to_dict()  # what this attempt runs with
     base = resolve_base_model(record.base_model).path
     run = _Run(config, version, record, output, base, resume_from=found)
     return _attempt(wh, run, on_event or (lambda event: None))
 
 
+def _resume_output(record: RunRecord) -> tuple[Path, bool]:
+    """The output a resumed run may write, and whether it replaces a folder there: the recorded
+    ``output_dir`` only when it is an absolute path that is absent (its parent folder existing:
+    a record never makes tracebank create folders) or holds this run's own model."""
+    output = Path(record.output_dir)
+    hint = "start a new run with the settings and an --output of your choice"
+    if not output.is_absolute():
+        raise TrainError(f"run {record.run_id} records output {str(output)!r}, not an absolute path", hint)
+    if output.is_symlink() or output.exists():
+        if output.is_dir() and not output.is_symlink() and not any(output.iterdir()):
+            return output, False
+        if output.is_symlink() or not written_by_train(output, run_id=record.run_id):
+            raise TrainError(
+                f"run {record.run_id}'s output {output} holds what another run (or not tracebank) wrote; "
+                "resume writes only into its own",
+                hint,
+            )
+        return output, True
+    if not output.parent.is_dir():
+        raise TrainError(f"run {record.run_id}'s output folder {output.parent} does not exist", hint)
+    return output, False
+
+
+def _resume_config(record: RunRecord, output: Path, overwrite: bool) -> TrainConfig:
+    """The TrainConfig of a resumed attempt: the record's settings that `warehouse.replay` lets a
+    record decide, on one node as one process; what else it asked for is said in one warning."""
+    replay = replay_train(record.hyperparameters, defaults_of(TrainConfig))
+    try:
+        config = TrainConfig(
+            **{
+                **replay.settings,
+                "dataset": record.dataset,
+                "base_model": record.base_model,
+                "output": str(output),
+                "overwrite": overwrite,
+            }
+        ).validate()
+    except (TypeError, ValueError) as exc:  # a record of the right shape with values of the wrong type
+        raise TrainError(
+            f"run {record.run_id}'s record holds settings of the wrong type ({exc})", "start a new run"
+        ) from exc
+    dropped = replay.dropped_line(ignore=("output", "overwrite", "dataset", "base_model"))
+    if dropped:
+        warn_damage(f"run {record.run_id}: {dropped}; resuming on this machine as one process")
+    return config
+
+
 def _attempt(wh: Warehouse, run: _Run, emit: OnEvent) -> RunRecord:
     """Claim the output, open the run record and train; the record ends succeeded or failed."""
-    record, config = run.record, run.config
+    record = run.record
     owner = Owner.current(f"train run {record.run_id}")
     record.owner = owner.to_dict()
     claim = _claim_output(wh, run.output, owner)
     try:
         # again: another run may have published meanwhile
-        _output_guard(wh, run.output, config.overwrite).check()
+        _run_guard(wh, run).check()
         writer = RunWriter(wh, record, resumed_from_step=run.resume_from[0] if run.resume_from else None)
     except BaseException:
         release(claim, owner)
@@ -323,7 +392,7 @@ def _train_and_publish(
     if failure is not None:
         raise failure
     write_model_card(staging, record)  # provenance travels with the model folder, and marks it
-    _output_guard(wh, run.output, run.config.overwrite).publish(staging)
+    _run_guard(wh, run).publish(staging)
 
 
 def _earlier_metrics(wh: Warehouse, run: _Run) -> list[dict[str, Any]]:

@@ -183,7 +183,7 @@ def test_data_io_outside_the_warehouse_is_detected(tmp_path):
 # -- no import circles anywhere; layers inside warehouse/ -------------------------------------------
 #: warehouse/'s modules, lowest layer first: a module imports only modules of lower layers.
 WAREHOUSE_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "contract", "memory", "machine", "arrowutil", "columns", "text", "finite"),
+    ("errors", "contract", "memory", "machine", "arrowutil", "columns", "text", "finite", "replay"),
     ("schemas", "ducktables", "records", "layout", "outputs"),
     ("bronze", "atomic"),
     ("bytestore",),

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from tracebank.loop.config import DemoConfig, RoundConfig, ServerConfig, StagesConfig
 from tracebank.train.config import TrainConfig
 from tracebank.transform.config import TransformConfig
+from tracebank.warehouse.location import Warehouse
 
 from tests.cli_args import cli_args
 from tracebank.cli.main import cli
@@ -182,3 +183,47 @@ def test_a_config_file_head_shows_control_characters_visibly():
 
     out = config_yaml(cli, {}, "content hash \x1b]0;owned\x07\x1b[2J")
     assert out == "# content hash \u241b]0;owned\u2407\u241b[2J\n{}\n"
+
+
+def _with_config(wh, tmp_path, command, text, *args):
+    config = tmp_path / "f.yaml"
+    config.write_text(text)
+    return CliRunner().invoke(cli, ["-w", str(wh.root), command, "--config", str(config), *args])
+
+
+def _one_error_line(result, *parts):
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
+    assert all(part in lines[0] for part in parts), lines[0]
+
+
+@pytest.mark.parametrize("key", ["warehouse", "address", "rdzv-endpoint"])
+def test_a_config_file_cannot_choose_the_warehouse_or_where_to_connect(wh, tmp_path, monkeypatch, key):
+    """A config file's `warehouse:` beat -w and $TRACEBANK_WAREHOUSE; a replayed file may not
+    name a Ray address or a rendezvous either: the command line and the environment choose those."""
+    elsewhere = Warehouse(tmp_path / "elsewhere").init()
+    monkeypatch.setenv("TRACEBANK_WAREHOUSE", str(wh.root))
+    before = sorted(elsewhere.root.rglob("*"))
+    command = "train" if key == "rdzv-endpoint" else "transform"
+    value = {"warehouse": str(elsewhere.root), "address": "127.0.0.1:1", "rdzv-endpoint": "127.0.0.1:1"}[key]
+    result = _with_config(wh, tmp_path, command, f"dataset: d\n{key}: {value}\n")
+    _one_error_line(result, f"sets {key}, which only the command line chooses")
+    assert sorted(elsewhere.root.rglob("*")) == before
+
+
+def test_yaml_aliases_in_a_config_file_are_refused_at_once(wh, tmp_path):
+    """A billion laughs under real option keys took ~3 GB and a minute (the nested lists were
+    joined into one option value); an alias is refused in one line before anything else."""
+    plain = _with_config(wh, tmp_path, "transform", "dataset: d\ncollection: &c [c1]\nseed: 1\n")
+    assert plain.exit_code != 0 and "YAML alias" not in plain.output  # an anchor alone is harmless
+    laughs = "dataset: d\ncollection: &a0 [lol, lol]\n" + "".join(
+        f"{key}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n"
+        for i, key in enumerate(("dedup", "merge", "seed", "per-task", "max-length"), start=1)
+    )
+    _one_error_line(_with_config(wh, tmp_path, "transform", laughs), "uses a YAML alias (line 3)")
+
+
+def test_a_config_file_over_a_megabyte_is_refused_in_one_line(wh, tmp_path):
+    result = _with_config(wh, tmp_path, "transform", "dataset: d\n" + "# padding\n" * 120_000)
+    _one_error_line(result, "is over 1024 KB")

@@ -61,3 +61,10 @@ def test_the_json_marks_the_folder_as_one_train_wrote(tmp_path):
 def test_only_a_file_naming_a_run_marks_a_folder(tmp_path, name, text, marked):
     (tmp_path / name).write_text(text, encoding="latin-1")
     assert written_by_train(tmp_path) is marked
+
+
+def test_written_by_train_for_a_run_names_that_run_only(tmp_path):
+    """`train --resume` replaces only its own run's model folder; any run's will not do."""
+    (tmp_path / PROVENANCE_FILE).write_text('{"run_id": "20260101-000000-qa-0000"}')
+    assert written_by_train(tmp_path) and written_by_train(tmp_path, run_id="20260101-000000-qa-0000")
+    assert not written_by_train(tmp_path, run_id="20260101-000000-qa-ffff")

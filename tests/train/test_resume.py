@@ -18,6 +18,7 @@ from tracebank.train.checkpoints import complete_checkpoints
 from tracebank.train.checkpoints import run_scratch as scratch_dir
 from tracebank.warehouse import catalog
 
+from tests.train.test_config_file import planted_store  # noqa: F401 (fixture)
 from tracebank.cli.main import cli
 
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -256,3 +257,150 @@ def test_a_killed_dpo_run_resumes_to_the_same_adapter(pref_wh, tiny_model, tmp_p
 
 def test_a_killed_full_finetuning_run_resumes_to_the_same_weights(qa_wh, tiny_model, tmp_path):
     _killed_and_resumed_equals_uninterrupted(qa_wh, tiny_model, tmp_path, FULL)
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory, tokenizer, tiny_model):
+    """A warehouse of its own holding `qa@v1` and one run SIGKILLed after its step-2 checkpoint."""
+    from tracebank.warehouse.location import Warehouse
+
+    from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
+
+    root = tmp_path_factory.mktemp("planted-resume")
+    wh = Warehouse(root / "warehouse").init()
+    write_dataset(wh, "qa", qa_rows(tokenizer, QA_PAIRS, repeat=2), validation=qa_rows(tokenizer, QA_PAIRS))
+    proc = subprocess.Popen(
+        _train_command(wh, tiny_model, root / "adapter"),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    return wh, _kill_after_checkpoint(proc, wh, 2, exclude=set())
+
+
+def _planted_copy(killed_run, tmp_path, output_dir, **hyperparameters):
+    """A copy of the killed run's warehouse whose run record a co-worker has edited."""
+    import shutil
+
+    from tracebank.warehouse.layout import RUN_RECORD
+    from tracebank.warehouse.location import Warehouse
+
+    source, run_id = killed_run
+    wh = Warehouse(tmp_path / "warehouse")
+    shutil.copytree(source.root, wh.root, symlinks=True, ignore=shutil.ignore_patterns("events"))  # a FIFO
+    path = wh.run_dir(run_id) / RUN_RECORD
+    record = json.loads(path.read_text())
+    record["output_dir"] = str(output_dir)
+    record["hyperparameters"].update(max_steps=4, **hyperparameters)
+    path.write_text(json.dumps(record))
+    return wh, run_id
+
+
+def _resume(wh, run_id):
+    with_threads = {**os.environ, **SINGLE_THREAD}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracebank.cli.main",
+            "-w",
+            str(wh.root),
+            "train",
+            "--quiet",
+            "--resume",
+            run_id,
+        ],
+        env=with_threads,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_planted_record_resumes_on_one_node_and_never_reaches_its_rendezvous(
+    killed_run,
+    tmp_path,
+    planted_store,  # noqa: F811
+):
+    """`train --resume` took nnodes, node-rank and rdzv-endpoint from the record: it joined the
+    planter's TCPStore and unpickled its state, and passed `extra` (push_to_hub) to the trainer.
+    Now it resumes here as one process, with the allowed settings only, and says what it left out."""
+    store, marker = planted_store
+    keys = store.num_keys()
+    wh, run_id = _planted_copy(
+        killed_run,
+        tmp_path,
+        tmp_path / "model",
+        nnodes=2,
+        node_rank=0,
+        nproc_per_node=2,
+        rdzv_endpoint=f"127.0.0.1:{store.port}",
+        save_steps=None,  # so the filed code's checks let the multi-node settings through
+        extra={"push_to_hub": True, "hub_model_id": "planter/model", "adam_beta2": 0.99},
+    )
+    done = _resume(wh, run_id)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"run {run_id} succeeded")
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("Warning:")]
+    assert warnings == [
+        f"Warning: run {run_id}: not replayed (a record never decides them): nnodes, nproc_per_node, "
+        "rdzv_endpoint, extra.push_to_hub, extra.hub_model_id; resuming on this machine as one process"
+    ]
+    assert not marker.exists() and store.num_keys() == keys  # nobody joined or read the store
+    assert (tmp_path / "model" / "adapter_model.safetensors").exists()
+    _, record = catalog.resolve_run(wh, run_id)
+    hp = record.hyperparameters
+    assert (hp["nnodes"], hp["nproc_per_node"], hp["rdzv_endpoint"]) == (1, 1, None)
+    assert hp["extra"] == {"adam_beta2": 0.99} and record.summary["steps"] == 4
+
+
+def _model_folder(folder, run_id):
+    folder.mkdir()
+    (folder / "tracebank.json").write_text(json.dumps({"run_id": run_id}))
+    (folder / "model.safetensors").write_text("their weights")
+
+
+def test_resume_never_replaces_another_runs_model(killed_run, tmp_path):
+    """With `overwrite` in its record, a resume replaced any folder holding a tracebank.json: another
+    run's model. It writes only into an absent output or its own."""
+    theirs = tmp_path / "theirs"
+    _model_folder(theirs, "20250101-000000-qa-0000")
+    wh, run_id = _planted_copy(killed_run, tmp_path, theirs, overwrite=True)
+    done = _resume(wh, run_id)
+    assert done.returncode == 1 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert f"output {theirs} holds what another run (or not tracebank) wrote" in done.stderr
+    assert sorted(p.name for p in theirs.iterdir()) == ["model.safetensors", "tracebank.json"]
+    assert (theirs / "model.safetensors").read_text() == "their weights"
+
+
+def test_resume_replaces_a_model_folder_its_own_run_wrote(killed_run, tmp_path):
+    _, run_id = killed_run
+    own = tmp_path / "own"
+    _model_folder(own, run_id)
+    wh, _ = _planted_copy(killed_run, tmp_path, own)
+    done = _resume(wh, run_id)
+    assert done.returncode == 0, done.stderr
+    assert (own / "adapter_model.safetensors").exists() and not (own / "model.safetensors").exists()
+    assert json.loads((own / "tracebank.json").read_text())["run_id"] == run_id
+
+
+@pytest.mark.parametrize("where", ["missing/deep/model", "relative"])
+def test_a_resume_refused_for_its_output_creates_nothing(killed_run, tmp_path, monkeypatch, where):
+    """A resume created the parent folders of the recorded output, and read a relative one from
+    wherever it ran; now a record never makes tracebank create a folder or guess a path."""
+    monkeypatch.chdir(tmp_path)
+    output = tmp_path / where if where != "relative" else "model"
+    wh, run_id = _planted_copy(killed_run, tmp_path, output)
+    before = sorted(tmp_path.iterdir())
+    done = _resume(wh, run_id)
+    assert done.returncode == 1 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert done.stderr.startswith("Error: ") and "start a new run" in done.stderr
+    assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("setting", [{"lora_r": "many"}, {"learning_rate": None}])
+def test_a_record_with_settings_of_the_wrong_type_is_one_line(killed_run, tmp_path, setting):
+    wh, run_id = _planted_copy(killed_run, tmp_path, tmp_path / "model", **setting)
+    done = _resume(wh, run_id)
+    assert done.returncode == 1 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert done.stderr.startswith("Error: ") and not (tmp_path / "model").exists()

@@ -120,3 +120,34 @@ def test_a_version_from_before_config_was_recorded_still_reads_and_replays(fille
     _transform(filled, "--config", str(replay), "--force")
     [_, (_, copy)] = catalog.dataset_versions(filled, "old")
     assert copy.content_hash == built.content_hash
+
+
+def test_a_planted_manifest_replayed_connects_nowhere_it_names(filled, tmp_path, monkeypatch):  # noqa: F811
+    """A manifest's `config` is outside the content hash: a co-worker wrote `engine: ray`, an
+    address where a listener waits, and `force: true`. `datasets show --format yaml` printed them
+    and the replay called ray.init there. Now the file holds what shapes the rows only, names what
+    it left out in one comment line, and the replay builds locally (identical: nothing written)."""
+    import socket
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    _transform(filled, "--dataset", "d", *FLAGS)
+    [(folder, built)] = catalog.dataset_versions(filled, "d")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        path = folder / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["config"].update(engine="ray", address=f"127.0.0.1:{port}", force=True)
+        path.write_text(json.dumps(manifest))
+
+        shown = _show_yaml(filled, "d@v1")
+        printed = yaml.safe_load(shown)
+        assert not {"engine", "address", "force"} & set(printed)
+        assert "# not replayed (a record never decides them): address, engine, force\n" in shown
+        replay = tmp_path / "replay.yaml"
+        replay.write_text(shown)
+        again = _transform(filled, "--config", str(replay))
+        assert again.output.startswith(f"identical to d@v1 (hash {built.content_hash[:8]})")
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
+    assert len(catalog.dataset_versions(filled, "d")) == 1

@@ -215,20 +215,50 @@ def _load_config_file(ctx: click.Context, _param: click.Parameter, value: str | 
     ctx.meta[CONFIG_FILE_KEY] = value
 
 
+#: The largest config file read: option values fit in a few KB.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+@functools.cache
+def _loader() -> type:
+    """A safe YAML loader that refuses aliases: expanding ``*name`` under an option (a billion
+    laughs) would build gigabytes from a few lines, and an option file never needs one."""
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, "aliases are not allowed", mark)
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
 def read_config_file(path: str) -> dict[str, Any]:
-    """The mapping a YAML config file holds (an empty file is an empty mapping)."""
+    """The mapping a YAML config file holds (an empty file is an empty mapping); a file over
+    :data:`MAX_CONFIG_BYTES` or one using YAML aliases is refused in one line."""
     import yaml
 
     from tracebank.warehouse.errors import UsageError
 
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise UsageError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+            text = fh.read(MAX_CONFIG_BYTES + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise UsageError(f"cannot read config file {path}: {reason or exc}") from exc
+    if len(text) > MAX_CONFIG_BYTES:
+        raise UsageError(f"config file {path} is over {MAX_CONFIG_BYTES >> 10} KB", "options fit in less")
+    try:
+        data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" (line {where.line + 1})" if where is not None else ""
+        if getattr(exc, "problem", None) == "aliases are not allowed":
+            raise UsageError(
+                f"config file {path} uses a YAML alias{line}", "write each value out: aliases are not allowed"
+            ) from exc
         raise UsageError(f"config file {path} is not valid YAML{line}") from exc
     if data is None:
         return {}
@@ -259,6 +289,7 @@ def config_file_values(command: click.Command, data: dict[str, Any], source: str
             f"config file {source} has unknown option(s) {', '.join(unknown)}",
             f"`tracebank {command.name} --help` lists the options",
         )
+    _refuse_command_line_only(names, data, source)
     values: dict[str, Any] = {}
     for key, value in data.items():
         param = names[str(key).replace("-", "_")]
@@ -272,6 +303,22 @@ def config_file_values(command: click.Command, data: dict[str, Any], source: str
             value = json.dumps(value)
         values[str(param.name)] = value
     return values
+
+
+def _refuse_command_line_only(names: dict[str, click.Parameter], data: dict[str, Any], source: str) -> None:
+    """Refuse a key naming where tracebank reads or connects (`warehouse.replay.COMMAND_LINE_ONLY`):
+    a config file may be a replayed record, and those come from the command line or the environment."""
+    from tracebank.warehouse.errors import UsageError
+    from tracebank.warehouse.replay import COMMAND_LINE_ONLY
+
+    for key in data:
+        param = names[str(key).replace("-", "_")]
+        aliases = {alias for alias, p in names.items() if p is param}
+        for name in sorted(aliases & COMMAND_LINE_ONLY.keys()):
+            raise UsageError(
+                f"config file {source} sets {key}, which only the command line chooses",
+                f"drop it from the file and pass {COMMAND_LINE_ONLY[name]}",
+            )
 
 
 def given_on_command_line(ctx: click.Context, names: list[str]) -> list[str]:

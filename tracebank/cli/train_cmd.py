@@ -198,18 +198,19 @@ def runs_show(wh, run_id: str, fmt: str) -> None:
 
 
 def run_config_yaml(details: dict[str, Any]) -> str:
-    """A ``train --config`` file of a run's effective settings, keyed by the train command's flags:
-    the dataset pinned to the version it trained on, the base model as resolved."""
-    settings = {
-        **details.get("hyperparameters", {}),
-        "dataset": details.get("dataset"),
-        "base_model": details.get("base_model"),
-    }
+    """A ``train --config`` file of a run's settings that shape the model (`warehouse.replay`), keyed
+    by the train command's flags: the dataset pinned to the version it trained on, the base model as
+    resolved. Where to write and how to distribute are the replaying user's (``--output``)."""
+    from tracebank.warehouse.replay import defaults_of, replay_train
+
+    replay = replay_train(details.get("hyperparameters") or {}, defaults_of(TrainConfig))
+    settings = {**replay.settings, "dataset": details.get("dataset"), "base_model": details.get("base_model")}
     head = (
-        f"tracebank train --config FILE reproduces run {details.get('run_id')}\n"
+        f"tracebank train --config FILE --output DIR reproduces run {details.get('run_id')}\n"
         f"(dataset {details.get('dataset')}, content hash {details.get('content_hash')})"
     )
-    return config_yaml(train, settings, head)
+    dropped = replay.dropped_line(ignore=("output",))
+    return config_yaml(train, settings, head + (f"\n{dropped}" if dropped else ""))
 
 
 @click.command()

@@ -259,20 +259,26 @@ def show_text(ref: Any, folder: Any, m: dict[str, Any]) -> str:
 
 
 def dataset_config_yaml(ref: Any, record: Any) -> str:
-    """A ``transform --config`` file of the options version ``ref`` was built with, its collections
-    pinned to the ones it read (a version from before the manifest recorded ``config`` gives its
-    ``params``: every option that shapes the rows)."""
+    """A ``transform --config`` file of the options that shaped version ``ref``'s rows
+    (`warehouse.replay`: never where or whether to build), its collections pinned to the ones it
+    read (a version from before the manifest recorded ``config`` gives its ``params``)."""
+    from tracebank.warehouse.replay import defaults_of, replay_transform
+
     given = record.config if record.config is not None else record.params
-    settings = {k: v for k, v in given.items() if k not in ("agl1", "preference")}
-    settings.update(given.get("agl1") or {})
-    settings.update(given.get("preference") or {})
+    recorded = {k: v for k, v in given.items() if k not in ("agl1", "preference")}
+    for group in ("agl1", "preference"):
+        if isinstance(given.get(group), dict):
+            recorded.update(given[group])
+    replay = replay_transform(recorded, defaults_of(TransformConfig, Agl1Limits, PreferenceRules))
+    settings = dict(replay.settings)
     if not settings.get("collections"):
         settings["collections"] = sorted(s["collection_id"] for s in record.sources)
     head = (
         f"tracebank transform --config FILE rebuilds {ref} (content hash {record.content_hash});\n"
         "an identical build writes nothing, --force writes it again as a new version"
     )
-    return config_yaml(transform, settings, head)
+    dropped = replay.dropped_line()
+    return config_yaml(transform, settings, head + (f"\n{dropped}" if dropped else ""))
 
 
 @datasets.command("show")
