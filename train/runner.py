@@ -39,7 +39,7 @@ from tracebank.warehouse.claims import Claim, Owner, output_claim, release, try_
 from tracebank.warehouse.errors import TracebankError
 from tracebank.warehouse.layout import staging_dir
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import OutputGuard
+from tracebank.warehouse.outputs import OutputGuard, create_staging
 from tracebank.warehouse.storage import Storage, settle_run
 
 from tracebank.events import OnEvent, RunChecked, RunFinished, RunStarted
@@ -305,6 +305,7 @@ def _train_and_publish(
     scratch.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's half-saved model
     run.output.parent.mkdir(parents=True, exist_ok=True)
+    create_staging(staging, record.run_id, record.owner or {})  # its mark lets gc remove it if we die
     spec = _spec(
         config, run.version, plan, run.base, staging, scratch, wh.run_dir(record.run_id) / "tracker-logs"
     )
@@ -323,7 +324,7 @@ def _train_and_publish(
     if failure is not None:
         raise failure
     write_model_card(staging, record)  # provenance travels with the model folder, and marks it
-    _output_guard(wh, run.output, run.config.overwrite).publish(staging)
+    _output_guard(wh, run.output, run.config.overwrite).publish(staging, record.run_id, record.owner)
 
 
 def _earlier_metrics(wh: Warehouse, run: _Run) -> list[dict[str, Any]]:

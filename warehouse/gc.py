@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracebank.warehouse import layout
-from tracebank.warehouse.bytestore import StoredFile
-from tracebank.warehouse.claims import Claim
+from tracebank.warehouse.bytestore import StoredFile, no_link_between, refuse_linked_folders
+from tracebank.warehouse.claims import Claim, Owner
 from tracebank.warehouse.errors import CorruptFileError
 from tracebank.warehouse.layout import DEFAULT_MIN_AGE_S, CommitFolder
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.outputs import aside_name, leftover_of
+from tracebank.warehouse.records import RunRecord
 from tracebank.warehouse.storage import MANIFEST_KINDS, Storage, parse_manifest, settle_run
 
 
@@ -63,7 +65,7 @@ def _human(n: int) -> str:
 
 
 def _size(path: Path) -> int:
-    if path.is_file() or path.is_symlink():
+    if path.is_symlink() or not path.is_dir():
         return path.lstat().st_size
     return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -76,13 +78,32 @@ def _age_s(path: Path, now: float) -> float:
 
 
 class _Sweeper:
+    """Removes what gc found, or (dry) only lists it: both go through :meth:`_remove`, so a dry
+    run lists exactly what a real one removes."""
+
     def __init__(self, wh: Warehouse, dry_run: bool) -> None:
         self.wh, self.dry_run = wh, dry_run
         self.report = GcReport()
         self.seen: set[Path] = set()
 
     def remove_path(self, path: Path) -> None:
-        """Remove a local file or folder outside the committed folders (scratch, staging)."""
+        """Remove a local file or folder of the warehouse outside the committed folders (scratch,
+        temp files); never one reached through a symlink."""
+        if no_link_between(self.wh.root, path):
+            self._remove(path)
+
+    def remove_leftover(self, path: Path) -> None:
+        """Remove a run's leftover beside its model folder, outside the warehouse: the caller has
+        checked its marker; here, that no symlink leads to it."""
+        if path.is_absolute() and no_link_between(Path(path.anchor), path):
+            self._remove(path)
+
+    def unlinked(self, key: str) -> bool:
+        """Whether the local file of ``key`` is reached with no symlink (a folder store follows a
+        symlinked folder it is asked to list; below the top-level folders, gc leaves those alone)."""
+        return no_link_between(self.wh.root, self.wh.root / key)
+
+    def _remove(self, path: Path) -> None:
         if path in self.seen or not (path.exists() or path.is_symlink()):
             return
         self.seen.add(path)
@@ -90,12 +111,14 @@ class _Sweeper:
         if self.dry_run:
             return
         if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)  # never follows a link inside (fd-based on Linux)
         else:
             path.unlink(missing_ok=True)
 
     def remove_keys(self, label: str, files: list[StoredFile]) -> None:
         """Remove these keys of the store, reported as one item called ``label``."""
+        if not all(self.unlinked(f.path) for f in files):
+            return
         self.report.removed.append((f"{self.wh.store.uri}/{label}", sum(f.size for f in files)))
         if not self.dry_run:
             for f in files:
@@ -125,23 +148,58 @@ def _settle_runs(wh: Warehouse, sweep: _Sweeper, min_age_s: float) -> set[str]:
             sweep.report.runs_failed.append(run_id)
             if not sweep.dry_run:
                 storage.write_run(dataclasses.replace(settled, finished_at=_now()))
-        _sweep_run_leftovers(wh, run_id, record.output_dir, sweep, min_age_s)
+        _sweep_run_leftovers(wh, settled, sweep, time.time(), min_age_s)
     return running
 
 
 def _sweep_run_leftovers(
-    wh: Warehouse, run_id: str, output_dir: str, sweep: _Sweeper, min_age_s: float
+    wh: Warehouse, record: RunRecord, sweep: _Sweeper, now: float, min_age_s: float
 ) -> None:
-    """A finished or dead run's scratch, staging model, half-replaced old output and claim. The
-    scratch holds a failed run's checkpoints (what `train --resume` continues from): it goes only
-    once it is older than ``min_age_s``, like every other leftover a writer may still want."""
-    out = Path(output_dir)
-    sweep.remove_path(layout.staging_dir(out, run_id))
-    for old in out.parent.glob(f".{out.name}.old-*") if out.parent.is_dir() else ():
-        sweep.remove_path(old)
-    scratch = wh.root / layout.scratch_key(run_id)
-    if not _resumable(scratch) or _age_s(scratch, time.time()) >= min_age_s:
+    """A finished or dead run's scratch, staging model and half-replaced old output. The scratch
+    holds a failed run's checkpoints (what `train --resume` continues from): it goes only once it
+    is older than ``min_age_s``, like every other leftover a writer may still want."""
+    for leftover in _model_leftovers(record, now, min_age_s):
+        sweep.remove_leftover(leftover)
+    scratch = wh.root / layout.scratch_key(record.run_id)
+    if not _resumable(scratch) or _age_s(scratch, now) >= min_age_s:
         sweep.remove_path(scratch)
+
+
+def _model_leftovers(record: RunRecord, now: float, min_age_s: float) -> list[Path]:
+    """The run's staging folder and the output it moved aside, beside its model folder, that may go.
+
+    The record is data anyone with write access to the warehouse can plant: its ``output_dir``
+    only says where to look, at two exact names (no pattern). What decides is the marker the run
+    left inside each (a folder only its user could write): it must name this run, the process
+    that made it must be gone, and the folder must be older than ``min_age_s``."""
+    output = Path(record.output_dir)
+    if not output.is_absolute() or ".." in output.parts:
+        return []
+    found = []
+    for path, role in (
+        (layout.staging_dir(output, record.run_id), "staging"),
+        (aside_name(output, record.run_id), "replaced"),
+    ):
+        mark = leftover_of(path)
+        if mark is None or mark.run_id != record.run_id or mark.role != role:
+            continue
+        if _owner_alive(mark.owner) or _newest_s(path, now) < min_age_s:
+            continue
+        found.append(path)
+    return found
+
+
+def _owner_alive(owner: dict[str, object]) -> bool:
+    """Whether the process a marker names may still be running (unreadable: assume it is)."""
+    try:
+        return Owner.from_dict(owner).alive() is True
+    except (KeyError, TypeError, ValueError):
+        return True
+
+
+def _newest_s(folder: Path, now: float) -> float:
+    """The age of the folder's newest entry (a writer still adding files is younger than that)."""
+    return min([_age_s(folder, now), *(_age_s(p, now) for p in folder.iterdir())])
 
 
 def _resumable(scratch: Path) -> bool:
@@ -194,25 +252,29 @@ def _sweep_commit_folders(wh: Warehouse, sweep: _Sweeper, now: float, min_age_s:
                     sweep.remove_keys(f.path, [f])
 
 
-def _sweep_claims(wh: Warehouse, sweep: _Sweeper, min_age_s: float) -> None:
+def _sweep_claims(wh: Warehouse, sweep: _Sweeper, now: float, min_age_s: float) -> None:
+    """Claims nobody holds whose every file is older than ``min_age_s`` (what `clear_if_free` clears)."""
     for name in wh.store.children(layout.CLAIMS):
         claim = Claim(wh.store, f"{layout.CLAIMS}/{name}")
         files = wh.store.walk(claim.key)
-        if sweep.dry_run or claim.holder() is not None:
+        if not files or not all(sweep.unlinked(f.path) for f in files):
             continue
-        if claim.clear_if_free(older_than=min_age_s):
+        if claim.holder() is not None or any(now - f.mtime < min_age_s for f in files):
+            continue
+        if sweep.dry_run or claim.clear_if_free(older_than=min_age_s):
             sweep.report.removed.append((f"{wh.store.uri}/{claim.key}", sum(f.size for f in files)))
 
 
 def gc(wh: Warehouse, min_age_s: float = DEFAULT_MIN_AGE_S, dry_run: bool = False) -> GcReport:
     """Remove what crashed writers left in ``wh`` (see the module docstring); what it freed."""
     wh.check_format()
+    refuse_linked_folders(wh.root, layout.WAREHOUSE_FOLDERS, "gc")
     sweep = _Sweeper(wh, dry_run)
     now = time.time()
     running = _settle_runs(wh, sweep, min_age_s)
     _sweep_tmp(wh, running, sweep, now, min_age_s)
     _sweep_commit_folders(wh, sweep, now, min_age_s)
-    _sweep_claims(wh, sweep, min_age_s)
+    _sweep_claims(wh, sweep, now, min_age_s)
     for tmp in wh.root.glob(f"*{layout.TMP_MARK}*"):  # FORMAT.json's temp file
         if _age_s(tmp, now) >= min_age_s:
             sweep.remove_path(tmp)
