@@ -3,16 +3,24 @@
 Written once over the warehouse's store keys, so a folder and a bucket are swept alike. What a
 writer killed at any point can leave, and what gc does about it:
 - a run record still saying ``running`` whose process is gone: written as failed ("process gone");
-- a run's scratch (``tmp/train-<run_id>``: checkpoints, caches, often ~10x the dataset) and its
-  staging model next to its ``--output`` (``.<name>.tmp-<run_id>``, half-saved): removed once the
-  run is not running;
+- a run's scratch (``tmp/train-<run_id>``: checkpoints, caches, often ~10x the dataset): removed
+  once the run is not running (one holding a finished checkpoint, for `train --resume`, once it is
+  older than ``min_age_s`` too);
+- beside a run's ``--output``, its staging model (``.<name>.tmp-<run_id>``, half-saved) and the
+  model it was replacing (``.<name>.old-<run_id>``): removed only when the marker inside names
+  the run (:mod:`tracebank.warehouse.outputs` writes it; the record's ``output_dir``, which anyone
+  with write access to the warehouse can plant, only says where to look), the process that made
+  it is gone, the run is not running, and the folder is older than ``min_age_s``;
 - files a committed folder's manifest does not list (commit temp files, the files of a replaced
   silver cache kept a while for readers of the old manifest), folders of collections / silver
   caches / dataset versions that never got a manifest (a reserved version never committed), the
   silver caches of retired collections, other scratch under ``tmp/``: removed once every file
   concerned is older than ``min_age_s`` (a writer still working on them is younger than that);
 - claims nobody holds any more.
-Committed files, manifests and finished models are never touched.
+Committed files, manifests and finished models are never touched. A top-level folder that is a
+symlink is refused in one line, and nothing is removed through a symlink (one in its own place is
+removed itself, never followed). A dry run goes through the same steps, so it lists exactly what
+a real one removes.
 """
 
 from __future__ import annotations
@@ -28,11 +36,10 @@ from pathlib import Path
 from tracebank.warehouse import layout
 from tracebank.warehouse.bytestore import StoredFile, no_link_between, refuse_linked_folders
 from tracebank.warehouse.claims import Claim, Owner
-from tracebank.warehouse.errors import CorruptFileError
+from tracebank.warehouse.errors import CorruptFileError, UsageError
 from tracebank.warehouse.layout import DEFAULT_MIN_AGE_S, CommitFolder
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.outputs import aside_name, leftover_of
-from tracebank.warehouse.records import RunRecord
 from tracebank.warehouse.storage import MANIFEST_KINDS, Storage, parse_manifest, settle_run
 
 
@@ -136,7 +143,7 @@ def _settle_runs(wh: Warehouse, sweep: _Sweeper, min_age_s: float) -> set[str]:
     for run_id in storage.run_ids():
         try:
             record = storage.read_run(run_id, settle=False)
-        except CorruptFileError:
+        except (CorruptFileError, UsageError):
             continue  # `tracebank verify` reports unreadable records
         if record is None:
             continue
@@ -148,40 +155,44 @@ def _settle_runs(wh: Warehouse, sweep: _Sweeper, min_age_s: float) -> set[str]:
             sweep.report.runs_failed.append(run_id)
             if not sweep.dry_run:
                 storage.write_run(dataclasses.replace(settled, finished_at=_now()))
-        _sweep_run_leftovers(wh, settled, sweep, time.time(), min_age_s)
+        _sweep_run_leftovers(wh, run_id, record.output_dir, sweep, min_age_s)
     return running
 
 
 def _sweep_run_leftovers(
-    wh: Warehouse, record: RunRecord, sweep: _Sweeper, now: float, min_age_s: float
+    wh: Warehouse, run_id: str, output_dir: object, sweep: _Sweeper, min_age_s: float
 ) -> None:
-    """A finished or dead run's scratch, staging model and half-replaced old output. The scratch
-    holds a failed run's checkpoints (what `train --resume` continues from): it goes only once it
-    is older than ``min_age_s``, like every other leftover a writer may still want."""
-    for leftover in _model_leftovers(record, now, min_age_s):
+    """A finished or dead run's scratch, staging model and half-replaced old output (``run_id``
+    is its folder's name, not what the record says). The scratch holds a failed run's checkpoints
+    (what `train --resume` continues from): it goes only once it is older than ``min_age_s``,
+    like every other leftover a writer may still want."""
+    now = time.time()
+    for leftover in _model_leftovers(run_id, output_dir, now, min_age_s):
         sweep.remove_leftover(leftover)
-    scratch = wh.root / layout.scratch_key(record.run_id)
+    scratch = wh.root / layout.scratch_key(run_id)
     if not _resumable(scratch) or _age_s(scratch, now) >= min_age_s:
         sweep.remove_path(scratch)
 
 
-def _model_leftovers(record: RunRecord, now: float, min_age_s: float) -> list[Path]:
+def _model_leftovers(run_id: str, output_dir: object, now: float, min_age_s: float) -> list[Path]:
     """The run's staging folder and the output it moved aside, beside its model folder, that may go.
 
     The record is data anyone with write access to the warehouse can plant: its ``output_dir``
     only says where to look, at two exact names (no pattern). What decides is the marker the run
     left inside each (a folder only its user could write): it must name this run, the process
     that made it must be gone, and the folder must be older than ``min_age_s``."""
-    output = Path(record.output_dir)
-    if not output.is_absolute() or ".." in output.parts:
+    if not isinstance(output_dir, str) or "\x00" in output_dir:
+        return []
+    output = Path(output_dir)
+    if not output.is_absolute() or ".." in output.parts or not output.name:
         return []
     found = []
     for path, role in (
-        (layout.staging_dir(output, record.run_id), "staging"),
-        (aside_name(output, record.run_id), "replaced"),
+        (layout.staging_dir(output, run_id), "staging"),
+        (aside_name(output, run_id), "replaced"),
     ):
         mark = leftover_of(path)
-        if mark is None or mark.run_id != record.run_id or mark.role != role:
+        if mark is None or mark.run_id != run_id or mark.role != role:
             continue
         if _owner_alive(mark.owner) or _newest_s(path, now) < min_age_s:
             continue

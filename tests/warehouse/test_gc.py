@@ -169,6 +169,7 @@ def test_planted_run_records_never_name_what_gc_deletes(location, tmp_path):
     _plant_run(wh, PLANTED, f"{home}/x")
     _plant_run(wh, "20260101-000000-planted-d", f"{dotted}/[.]bashrc")
     _plant_run(wh, "20260101-000000-planted-e", "home/x")  # relative: to wherever gc runs
+    _plant_run(wh, "20260101-000000-planted-f", f"{home}/x\x00")
     for args in (["--dry-run"], [], ["--min-age", "0"]):
         out = _gc(location, *args)
         assert out.exit_code == 0, out.output
