@@ -188,7 +188,7 @@ class LocalStore:
 
     def fetch(self, key: str, size: int, sha256: str) -> Path:
         path = self.local_path(key)
-        if path.is_symlink() or path.exists():
+        if os.path.lexists(path):
             path = committed_file(self.root, key)
         try:
             actual = path.stat().st_size

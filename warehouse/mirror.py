@@ -134,7 +134,7 @@ class MirrorStore:
 
     def fetch(self, key: str, size: int, sha256: str) -> Path:
         path = self.local_path(key)
-        if path.is_symlink():  # planted in the mirror: never read through, never written through
+        if os.path.lexists(path):  # a link planted in the mirror is never read through
             committed_file(self.root, key)
         if path.is_file() and path.stat().st_size == size:
             return path  # written here, or downloaded and checked before
