@@ -10,7 +10,7 @@ writer killed at any point can leave, and what gc does about it:
   model it was replacing (``.<name>.old-<run_id>``): removed only when the marker inside names
   the run (:mod:`tracebank.warehouse.outputs` writes it; the record's ``output_dir``, which anyone
   with write access to the warehouse can plant, only says where to look), the process that made
-  it is gone, the run is not running, and the folder is older than ``min_age_s``;
+  it is seen gone on this host, the run is not running, and the folder is older than ``min_age_s``;
 - files a committed folder's manifest does not list (commit temp files, the files of a replaced
   silver cache kept a while for readers of the old manifest), folders of collections / silver
   caches / dataset versions that never got a manifest (a reserved version never committed), the
@@ -201,9 +201,10 @@ def _model_leftovers(run_id: str, output_dir: object, now: float, min_age_s: flo
 
 
 def _owner_alive(owner: dict[str, object]) -> bool:
-    """Whether the process a marker names may still be running (unreadable: assume it is)."""
+    """Whether the process a marker names may still be running: unless it is seen gone on this
+    host, assume it is (a record saying otherwise may be planted; its own host's gc removes it)."""
     try:
-        return Owner.from_dict(owner).alive() is True
+        return Owner.from_dict(owner).alive() is not False
     except (KeyError, TypeError, ValueError):
         return True
 

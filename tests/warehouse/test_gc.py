@@ -18,8 +18,7 @@ from tracebank.warehouse import layout
 from tracebank.warehouse.claims import Owner
 from tracebank.warehouse.gc import gc
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import LEFTOVER_MARKER as MARKER_OF_LEFTOVER
-from tracebank.warehouse.outputs import create_staging, move_aside
+from tracebank.warehouse.outputs import LEFTOVER_MARKER, create_staging, move_aside
 from tracebank.warehouse.records import CollectionManifest, RunRecord
 from tracebank.warehouse.schemas import SPANS, conform
 from tracebank.warehouse.storage import Storage
@@ -269,11 +268,16 @@ def test_leftovers_of_a_live_run_or_marked_for_another_run_stay(wh, tmp_path):
     _plant_run(wh, "20260102-000000-live", str(models / "model"), status="failed")
     other = models / ".model.tmp-20260102-000000-other"
     other.mkdir()
-    (other / MARKER_OF_LEFTOVER).write_text((staging / MARKER_OF_LEFTOVER).read_text())  # names -live
+    (other / LEFTOVER_MARKER).write_text((staging / LEFTOVER_MARKER).read_text())  # names -live
     _old(other)
     _plant_run(wh, "20260102-000000-other", str(models / "model"), owner=_dead_owner())
+    elsewhere = models / "elsewhere"  # made by a process of another host: its end cannot be seen here
+    far = create_staging(layout.staging_dir(elsewhere, "20260102-000000-far"), "20260102-000000-far",
+                         {**_dead_owner(), "host": "another-host"})  # fmt: skip
+    _old(far)
+    _plant_run(wh, "20260102-000000-far", str(elsewhere), status="failed")
     assert gc(wh, min_age_s=0).removed == []
-    assert staging.is_dir() and aside.is_dir() and other.is_dir()
+    assert staging.is_dir() and aside.is_dir() and other.is_dir() and far.is_dir()
 
 
 def test_dry_run_lists_exactly_what_gc_then_removes(wh, tmp_path):
