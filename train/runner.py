@@ -42,7 +42,7 @@ from tracebank.warehouse.claims import Claim, Owner, output_claim, release, try_
 from tracebank.warehouse.errors import TracebankError, warn_damage
 from tracebank.warehouse.layout import staging_dir
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import OutputGuard
+from tracebank.warehouse.outputs import OutputGuard, create_staging
 from tracebank.warehouse.replay import defaults_of, replay_train
 from tracebank.warehouse.storage import Storage, settle_run
 
@@ -195,7 +195,7 @@ def resume(wh: Warehouse, run_id: str, on_event: OnEvent | None = None) -> RunRe
     if record.status == "succeeded":
         raise TrainError(f"run {record.run_id} already succeeded", "start a new run to train again")
     if record.status == "running":
-        owner = Owner.from_dict(record.owner) if record.owner else None
+        owner = Owner.parse(record.owner)
         raise TrainError(
             f"run {record.run_id} is still running" + (f" ({owner.describe()})" if owner else ""),
             "wait for it to end, or stop it first",
@@ -374,6 +374,7 @@ def _train_and_publish(
     scratch.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's half-saved model
     run.output.parent.mkdir(parents=True, exist_ok=True)
+    create_staging(staging, record.run_id, record.owner or {})  # its mark lets gc remove it if we die
     spec = _spec(
         config, run.version, plan, run.base, staging, scratch, wh.run_dir(record.run_id) / "tracker-logs"
     )
@@ -392,7 +393,7 @@ def _train_and_publish(
     if failure is not None:
         raise failure
     write_model_card(staging, record)  # provenance travels with the model folder, and marks it
-    _run_guard(wh, run).publish(staging)
+    _run_guard(wh, run).publish(staging, record.run_id, record.owner)
 
 
 def _earlier_metrics(wh: Warehouse, run: _Run) -> list[dict[str, Any]]:

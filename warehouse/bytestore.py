@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tracebank.warehouse import atomic
-from tracebank.warehouse.errors import CorruptFileError, UsageError
+from tracebank.warehouse.errors import CorruptFileError, UsageError, WarehouseError
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,43 @@ def check_key(key: str) -> str:
             f"refusing the unsafe warehouse key {key!r}", "keys are plain names inside the warehouse"
         )
     return key
+
+
+def no_link_between(base: Path, path: Path) -> bool:
+    """Whether ``path`` lies under ``base`` with no symlink on the way from ``base`` to its parent
+    (its own name may be a link: deleting it removes the link, never what it points to)."""
+    if ".." in path.parts:
+        return False
+    try:
+        rel = path.parent.relative_to(base)
+    except ValueError:
+        return False
+    return Path(os.path.realpath(path.parent)) == Path(os.path.realpath(base)) / rel
+
+
+def refuse_linked_folders(root: Path, names: tuple[str, ...], command: str) -> None:
+    """Raise WarehouseError if one of the folders ``names`` of the warehouse folder ``root`` is a
+    symlink: a co-worker with write access to a shared warehouse could point one anywhere."""
+    for name in names:
+        link = root / name
+        if link.is_symlink():
+            raise WarehouseError(
+                f"{link} is a symbolic link (to {os.readlink(link)}); {command} never follows one out "
+                "of the warehouse",
+                "replace the link with the folder it points to, or remove it",
+            )
+
+
+def committed_file(root: Path, key: str) -> Path:
+    """The local file of the committed ``key`` under ``root``, never reached through a symlink
+    (one planted in place of a committed file, or of a folder above it, would make a reader read
+    whatever it points to): else a one-line CorruptFileError, which readers report as damage."""
+    path = root / check_key(key)
+    if path.is_symlink() or Path(os.path.realpath(path)) != Path(os.path.realpath(root)) / key:
+        raise CorruptFileError(
+            f"committed file {path} is a symbolic link", "a committed file is a plain file; restore it"
+        )
+    return path
 
 
 class RemoteStore(Protocol):
@@ -151,6 +188,8 @@ class LocalStore:
 
     def fetch(self, key: str, size: int, sha256: str) -> Path:
         path = self.local_path(key)
+        if os.path.lexists(path):
+            path = committed_file(self.root, key)
         try:
             actual = path.stat().st_size
         except (FileNotFoundError, NotADirectoryError):

@@ -58,6 +58,8 @@ CLAIMS = "claims"
 TMP = "tmp"
 #: The top-level folders a warehouse (or a mirror of one) holds.
 TOP_FOLDERS = (COLLECTIONS, SILVER, DATASETS, REWARDS, RUNS, TMP)
+#: Every top-level folder tracebank reads, writes or sweeps (claims are made when first needed).
+WAREHOUSE_FOLDERS = (*TOP_FOLDERS, CLAIMS)
 
 ENV_VAR = "TRACEBANK_WAREHOUSE"
 #: Moves tracebank's cache folder (default ``~/.cache/tracebank``): built environments, mirrors.

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracebank.warehouse import atomic
-from tracebank.warehouse.bytestore import RemoteStore, StoredFile, check_key
+from tracebank.warehouse.bytestore import RemoteStore, StoredFile, check_key, committed_file
 from tracebank.warehouse.errors import CorruptFileError
 
 #: The mirror's own bookkeeping, beside the warehouse's folders.
@@ -134,6 +134,8 @@ class MirrorStore:
 
     def fetch(self, key: str, size: int, sha256: str) -> Path:
         path = self.local_path(key)
+        if os.path.lexists(path):  # a link planted in the mirror is never read through
+            committed_file(self.root, key)
         if path.is_file() and path.stat().st_size == size:
             return path  # written here, or downloaded and checked before
         with atomic.atomic_path(path) as tmp:

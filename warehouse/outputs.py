@@ -18,6 +18,13 @@ must never cost data. So an output:
 
 A command whose outputs carry their own mark (train's ``tracebank.json`` names a run)
 passes ``owned=`` and writes that mark itself; otherwise the guard writes :data:`MARKER`.
+
+A run can die between those steps and leave, beside its model folder, its staging folder
+(``.<name>.tmp-<run_id>``, :func:`create_staging`) or the model it was replacing
+(``.<name>.old-<run_id>``, :func:`move_aside`). Each carries :data:`LEFTOVER_MARKER` naming the
+run and the process that made it: that mark, in a folder only this user could write, is what
+lets `tracebank gc` remove it; a run record (data anyone with write access to the warehouse
+can plant) only says where to look.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +44,9 @@ from tracebank.warehouse.errors import UsageError
 #: The marker a tracebank output carries: inside a folder, or as ``.<name>`` + it beside a file.
 MARKER = ".tracebank-output.json"
 Kind = Literal["file", "folder"]
+#: Inside a leftover folder beside an output (a run's staging, an output it moved aside): whose it is.
+LEFTOVER_MARKER = ".tracebank-leftover.json"
+Role = Literal["staging", "replaced"]
 
 
 def sidecar(path: Path) -> Path:
@@ -87,6 +97,73 @@ def _write_json(path: Path, doc: dict[str, object]) -> None:
 
 
 @dataclass(frozen=True)
+class Leftover:
+    """What a leftover folder's marker says."""
+
+    run_id: str
+    """The run that made it."""
+    role: Role
+    """``staging``: the run's half-written model; ``replaced``: the output it was replacing."""
+    owner: dict[str, object]
+    """The process that made it (``Owner.to_dict()`` of :mod:`tracebank.warehouse.claims`)."""
+
+
+def _mark_leftover(folder: Path, run_id: str, role: Role, owner: Mapping[str, object]) -> None:
+    doc: dict[str, object] = {
+        "written_by": "tracebank",
+        "leftover": role,
+        "run_id": run_id,
+        "owner": dict(owner),
+    }
+    _write_json(folder / LEFTOVER_MARKER, doc)
+
+
+def leftover_of(folder: Path) -> Leftover | None:
+    """The marker of the leftover folder ``folder``; None unless it is a real folder (not a link)
+    holding a well-formed marker (a real file)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    doc = _read_marker(folder / LEFTOVER_MARKER)
+    if (
+        doc is None
+        or doc.get("written_by") != "tracebank"
+        or doc.get("leftover") not in ("staging", "replaced")
+    ):
+        return None
+    run_id, owner = doc.get("run_id"), doc.get("owner")
+    if not isinstance(run_id, str) or not run_id or not isinstance(owner, dict):
+        return None
+    role: Role = "staging" if doc["leftover"] == "staging" else "replaced"
+    return Leftover(run_id, role, owner)
+
+
+def create_staging(path: Path, run_id: str, owner: Mapping[str, object]) -> Path:
+    """Create a run's staging folder, marked as the run's before anything is written into it
+    (:meth:`OutputGuard.publish` drops the mark, so it never reaches the published model)."""
+    path.mkdir(parents=True)
+    _mark_leftover(path, run_id, "staging", owner)
+    return path
+
+
+def aside_name(path: Path, run_id: str | None) -> Path:
+    """Where an output replaced by run ``run_id`` (or by a command without a run) is moved aside."""
+    return path.with_name(f".{path.name}.old-{run_id or uuid.uuid4().hex[:12]}")
+
+
+def move_aside(path: Path, run_id: str | None, owner: Mapping[str, object] | None) -> Path:
+    """Move the output ``path`` aside before it is replaced; a folder moved aside by a run is
+    marked with the run (so gc can remove it if the run dies before it does)."""
+    old = aside_name(path, run_id)
+    if old.exists() or old.is_symlink():  # an earlier attempt of the run left one: keep it, unmarked
+        old = aside_name(path, None)
+        run_id = None
+    os.replace(path, old)
+    if run_id is not None and owner is not None and old.is_dir() and not old.is_symlink():
+        _mark_leftover(old, run_id, "replaced", owner)
+    return old
+
+
+@dataclass(frozen=True)
 class OutputGuard:
     """Checks and publishes one output of ``tracebank <command>``; see the module docstring."""
 
@@ -127,18 +204,22 @@ class OutputGuard:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         return self.path.with_name(f".{self.path.name}.tmp-{uuid.uuid4().hex[:12]}")
 
-    def publish(self, staged: Path) -> None:
-        """Move ``staged`` (written at :meth:`temp`) into place, marked; an existing output (checked
-        again: it may have appeared meanwhile) is moved aside first and removed only after."""
+    def publish(
+        self, staged: Path, run_id: str | None = None, owner: Mapping[str, object] | None = None
+    ) -> None:
+        """Move ``staged`` (written at :meth:`temp`, or a run's :func:`create_staging`) into place,
+        marked; an existing output (checked again: it may have appeared meanwhile) is moved aside
+        first (named and marked by ``run_id`` and its ``owner`` process) and removed only after."""
         if _kind_of(staged) != self.kind:
             raise ValueError(f"{staged} is not a {self.kind}")
         self.check()
-        if self.kind == "folder" and self.owned is None:
-            _write_json(staged / MARKER, self._marker_doc())
+        if self.kind == "folder":
+            (staged / LEFTOVER_MARKER).unlink(missing_ok=True)  # the model is no leftover
+            if self.owned is None:
+                _write_json(staged / MARKER, self._marker_doc())
         old = None
         if self.path.exists() or self.path.is_symlink():
-            old = self.path.with_name(f".{self.path.name}.old-{uuid.uuid4().hex[:12]}")
-            os.replace(self.path, old)
+            old = move_aside(self.path, run_id, owner)
         os.replace(staged, self.path)
         if self.kind == "file" and self.owned is None:
             _write_json(sidecar(self.path), {**self._marker_doc(), "stamp": _file_stamp(self.path)})

@@ -158,6 +158,11 @@ def test_train_ended_by_sigkill_shows_process_gone_and_gc_frees_its_leftovers(wh
     )
     assert out.stdout.splitlines()[-1].startswith("gc: freed ")
     assert not (wh.tmp_dir / f"train-{run_id}").exists()
+    # Its staging folder, marked as the run's, goes once older than --min-age (a writer may want it).
+    staging = tmp_path / f".model.tmp-{run_id}"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".model")] == [staging.name]
+    swept = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "gc", "--min-age", "0"])
+    assert f"removed {staging} (" in swept.stdout, swept.output
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".model")] == []
     record = json.loads((folder / "run.json").read_text())
     assert record["status"] == "failed" and record["error"].startswith("process gone")

@@ -117,3 +117,29 @@ def test_a_manifest_that_is_valid_json_of_the_wrong_shape_is_one_line(wh):
     )
     verified = _cli(wh, "verify")
     assert f"damaged {manifest}: is not a valid collection manifest" in verified.stdout
+
+
+def test_a_committed_file_replaced_by_a_symlink_is_damage_not_read(wh, tmp_path):
+    """A co-worker swaps a committed file for a link (and edits its size in the manifest): readers
+    refuse it as damage, in its own table only; they never read what it points to."""
+    folder = _collection(wh, "c1")
+    other = _collection(wh, "c2", names=("x", "y", "z"))
+    elsewhere = tmp_path / "elsewhere.parquet"
+    elsewhere.write_bytes((other / "spans-0000.parquet").read_bytes())
+    spans = folder / "spans-0000.parquet"
+    spans.unlink()
+    spans.symlink_to(elsewhere)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        if entry["path"] == spans.name:
+            entry["bytes"] = elsewhere.stat().st_size
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert run_sql(wh, "SELECT count(*) n FROM rollouts").to_pylist() == [{"n": 5}]
+    out = _cli(wh, "sql", "SELECT count(*) FROM spans")
+    assert out.exit_code == 1
+    assert out.stderr == (
+        f"Error: table spans: committed file {spans} is a symbolic link "
+        "(run `tracebank verify` to see every damaged file)\n"
+    )
+    verified = _cli(wh, "verify")
+    assert verified.exit_code == 1 and f"damaged {spans}: " in verified.stdout

@@ -303,3 +303,20 @@ def test_sql_fetches_only_the_tables_its_statement_reads(machines):
     names = {r["name"] for r in run_sql(b, "SHOW TABLES").to_pylist()}
     assert {"spans", "llm_calls", "dataset_rows"} <= names
     assert "spans" in fetched()
+
+
+def test_a_link_planted_in_the_mirror_is_never_read_through(machines):
+    """A committed file of the mirror swapped for a link to a file of the same size (inside the
+    mirror: one leading out is refused already): the reader refuses it as damage rather than
+    read what it points to."""
+    a = machines("a")
+    _commit(a, "c1")
+    [(folder, manifest)] = Storage(a).collections()
+    (spans,) = files_of(folder, manifest, "spans")
+    elsewhere = a.tmp_dir / "same-size.parquet"
+    elsewhere.write_bytes(b"x" * spans.stat().st_size)
+    spans.unlink()
+    spans.symlink_to(elsewhere)
+    with pytest.raises(CorruptFileError, match="is a symbolic link"):
+        files_of(folder, manifest, "spans")
+    assert elsewhere.read_bytes() == b"x" * elsewhere.stat().st_size

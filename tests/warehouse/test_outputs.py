@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 from tracebank.warehouse.errors import UsageError
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import MARKER, OutputGuard, sidecar, written_by
+from tracebank.warehouse.outputs import (
+    LEFTOVER_MARKER,
+    MARKER,
+    Leftover,
+    OutputGuard,
+    create_staging,
+    leftover_of,
+    sidecar,
+    written_by,
+)
 
 
 @pytest.fixture
@@ -158,3 +168,38 @@ def test_a_symlinked_output_is_judged_by_where_it_points(wh, tmp_path):
     with pytest.raises(UsageError, match="real.jsonl exists and was not written"):
         _write(_guard(wh, link, overwrite=True))
     assert target.read_text() == "user data\n"
+
+
+def test_a_runs_staging_is_marked_and_its_published_model_is_not(wh, tmp_path, monkeypatch):
+    """train's staging folder and the model it replaces carry a marker naming the run (what lets gc
+    remove them if the run dies); the published model carries none."""
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "tracebank.json").write_text('{"run_id": "r1"}')
+    guard = OutputGuard(
+        out, kind="folder", warehouse_root=wh.root, command="train", overwrite=True,
+        owned=lambda folder: (folder / "tracebank.json").exists(),
+    )  # fmt: skip
+    owner = {"pid": 1, "host": "h", "start": None, "what": "train run r2"}
+    staged = create_staging(tmp_path / ".model.tmp-r2", "r2", owner)
+    assert leftover_of(staged) == Leftover("r2", "staging", owner)
+    (staged / "tracebank.json").write_text('{"run_id": "r2"}')
+    asides = []
+    real_rmtree = shutil.rmtree
+    monkeypatch.setattr(shutil, "rmtree", lambda path, **kw: asides.append((path, leftover_of(path))))
+    guard.publish(staged, "r2", owner)  # the run "dies" before the old model is removed
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    assert sorted(p.name for p in out.iterdir()) == ["tracebank.json"]
+    assert asides == [(tmp_path / ".model.old-r2", Leftover("r2", "replaced", owner))]
+    assert json.loads((tmp_path / ".model.old-r2" / "tracebank.json").read_text()) == {"run_id": "r1"}
+
+
+def test_a_link_or_a_forged_marker_is_no_leftover(tmp_path):
+    real = create_staging(tmp_path / "real", "r1", {"pid": 1, "host": "h"})
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    assert leftover_of(tmp_path / "link") is None
+    (tmp_path / "linked-marker").mkdir()
+    (tmp_path / "linked-marker" / LEFTOVER_MARKER).symlink_to(real / LEFTOVER_MARKER)
+    assert leftover_of(tmp_path / "linked-marker") is None
+    (real / LEFTOVER_MARKER).write_text('{"run_id": "r1", "leftover": "staging"}')
+    assert leftover_of(real) is None

@@ -19,14 +19,16 @@ from tracebank.warehouse.layout import DEFAULT_MIN_AGE_S
     default=DEFAULT_MIN_AGE_S,
     show_default=True,
     metavar="S",
-    help="Leave temp files and uncommitted folders younger than S seconds (a writer may own them).",
+    help="Leave temp files, uncommitted folders and run leftovers younger than S seconds (a writer "
+    "may own them).",
 )
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 @pass_warehouse
 def gc(wh: Any, min_age_s: float, dry_run: bool) -> None:
     """Remove scratch, half-saved staging models and temp files of runs and writers that ended
     without cleaning up; mark runs whose process is gone as failed. Committed data and finished
-    models are never touched."""
+    models are never touched; beside a model folder, only what a run marked as its own is removed.
+    Refuses a warehouse whose top-level folders are symlinks."""
     from tracebank.warehouse.gc import gc as run_gc
 
     report = run_gc(wh, min_age_s=min_age_s, dry_run=dry_run)
