@@ -69,14 +69,14 @@ def no_link_between(base: Path, path: Path) -> bool:
     return Path(os.path.realpath(path.parent)) == Path(os.path.realpath(base)) / rel
 
 
-def refuse_linked_folders(root: Path, names: tuple[str, ...], command: str) -> None:
+def refuse_linked_folders(root: Path, names: tuple[str, ...]) -> None:
     """Raise WarehouseError if one of the folders ``names`` of the warehouse folder ``root`` is a
     symlink: a co-worker with write access to a shared warehouse could point one anywhere."""
     for name in names:
         link = root / name
         if link.is_symlink():
             raise WarehouseError(
-                f"{link} is a symbolic link (to {os.readlink(link)}); {command} never follows one out "
+                f"{link} is a symbolic link (to {os.readlink(link)}); tracebank never follows one out "
                 "of the warehouse",
                 "replace the link with the folder it points to, or remove it",
             )

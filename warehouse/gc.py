@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracebank.warehouse import layout
-from tracebank.warehouse.bytestore import StoredFile, no_link_between, refuse_linked_folders
+from tracebank.warehouse.bytestore import StoredFile, no_link_between
 from tracebank.warehouse.claims import Claim, Owner
 from tracebank.warehouse.errors import CorruptFileError, UsageError
 from tracebank.warehouse.layout import DEFAULT_MIN_AGE_S, CommitFolder
@@ -279,8 +279,7 @@ def _sweep_claims(wh: Warehouse, sweep: _Sweeper, now: float, min_age_s: float) 
 
 def gc(wh: Warehouse, min_age_s: float = DEFAULT_MIN_AGE_S, dry_run: bool = False) -> GcReport:
     """Remove what crashed writers left in ``wh`` (see the module docstring); what it freed."""
-    wh.check_format()
-    refuse_linked_folders(wh.root, layout.WAREHOUSE_FOLDERS, "gc")
+    wh.check_format()  # refuses a top-level folder that is a symlink, as every command does
     sweep = _Sweeper(wh, dry_run)
     now = time.time()
     running = _settle_runs(wh, sweep, min_age_s)

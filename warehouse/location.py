@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from tracebank.warehouse import layout
 from tracebank.warehouse.atomic import json_bytes, write_bytes_atomic
-from tracebank.warehouse.bytestore import ByteStore, LocalStore
+from tracebank.warehouse.bytestore import ByteStore, LocalStore, refuse_linked_folders
 from tracebank.warehouse.errors import UsageError, WarehouseError
 from tracebank.warehouse.mirror import MirrorStore
 from tracebank.warehouse.s3store import S3Store
@@ -174,3 +174,6 @@ class Warehouse:
                 f"(reads up to v{layout.FORMAT_VERSION})",
                 "upgrade tracebank",
             )
+        # A co-worker who can write a shared folder could point a top-level folder anywhere: every
+        # command refuses it here, once, rather than reading or writing through it.
+        refuse_linked_folders(self.root, layout.WAREHOUSE_FOLDERS)

@@ -189,10 +189,29 @@ def test_a_top_level_folder_that_is_a_symlink_is_refused_in_one_line(location, t
         assert out.exit_code == 1, out.output
         assert out.stdout == ""
         assert out.stderr == (
-            f"Error: {link} is a symbolic link (to {home}); gc never follows one out of the warehouse "
+            f"Error: {link} is a symbolic link (to {home}); tracebank never follows one out of the warehouse "
             f"(replace the link with the folder it points to, or remove it)\n"
         )
         assert _everything(home) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["sql", "SELECT 1"], ["datasets", "list"], ["runs", "list"], ["verify"], ["transform", "--name", "d"]],
+    ids=lambda a: a[0],
+)
+def test_every_command_refuses_a_top_level_folder_that_is_a_symlink(wh, tmp_path, args):
+    """The guard is written once (`Warehouse.check_format`), so no command reads or writes through
+    a top-level folder a co-worker pointed out of a shared warehouse."""
+    home = _fake_home(tmp_path)
+    before = _everything(home)
+    link = wh.root / "datasets"
+    shutil.rmtree(link, ignore_errors=True)
+    link.symlink_to(home, target_is_directory=True)
+    out = CliRunner().invoke(cli, ["-w", str(wh.root), *args])
+    assert out.exit_code == 1, out.output
+    assert out.stderr.startswith(f"Error: {link} is a symbolic link") and out.stderr.count("\n") == 1
+    assert _everything(home) == before
 
 
 def test_a_claim_or_commit_folder_that_is_a_symlink_is_never_swept(wh, tmp_path):
