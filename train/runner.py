@@ -182,13 +182,17 @@ def _join_as_node(wh: Warehouse, run: _Run, emit: OnEvent) -> RunRecord:
     return record
 
 
-def resume(wh: Warehouse, run_id: str, on_event: OnEvent | None = None) -> RunRecord:
+def resume(
+    wh: Warehouse, run_id: str, on_event: OnEvent | None = None, output: str | None = None
+) -> RunRecord:
     """Continue a failed or interrupted run from its last whole checkpoint, as a new attempt of the
-    same run: same dataset version (its content hash checked), same output.
+    same run: same dataset version (its content hash checked), same output unless ``output`` names
+    a new one.
 
     The record is data, not authority (`warehouse.replay`): only the settings that shape the model
     are taken from it; the run resumes on this machine as one process, and writes only into an
-    output that is absent (its parent folder there) or holds this run's own model."""
+    output that is absent (its parent folder there) or holds this run's own model, or into the new
+    ``output`` the caller names (absent or empty, as any new run's)."""
     wh.check_format()
     _, record = catalog.resolve_run(wh, run_id)
     record = settle_run(record)
@@ -200,8 +204,12 @@ def resume(wh: Warehouse, run_id: str, on_event: OnEvent | None = None) -> RunRe
             f"run {record.run_id} is still running" + (f" ({owner.describe()})" if owner else ""),
             "wait for it to end, or stop it first",
         )
-    output, overwrite = _resume_output(record)
-    config = _resume_config(record, output, overwrite)
+    if output is not None:  # the caller's word, not the record's: any new output a run may take
+        chosen = Path(output).expanduser().resolve()
+        _output_guard(wh, chosen, overwrite=False).check()
+        record.output_dir = str(chosen)
+    resumed_output, overwrite = _resume_output(record)
+    config = _resume_config(record, resumed_output, overwrite)
     version = open_version(wh, record.dataset)
     if version.content_hash != record.content_hash:
         raise TrainError(
@@ -216,13 +224,13 @@ def resume(wh: Warehouse, run_id: str, on_event: OnEvent | None = None) -> RunRe
             "it ran without --save-steps or stopped before its first checkpoint; start a new run",
         )
     own = functools.partial(written_by_train, run_id=record.run_id)
-    _output_guard(wh, output, config.overwrite, owned=own).check()
+    _output_guard(wh, resumed_output, config.overwrite, owned=own).check()
     if record.attempts and record.attempts[-1]["status"] == "running":  # killed: nobody wrote its end
         record.attempts[-1].update(status="failed", error=record.error)
     record.status, record.error, record.finished_at = "running", None, None
     record.hyperparameters = config.to_dict()  # what this attempt runs with
     base = resolve_base_model(record.base_model).path
-    run = _Run(config, version, record, output, base, resume_from=found)
+    run = _Run(config, version, record, resumed_output, base, resume_from=found)
     return _attempt(wh, run, on_event or (lambda event: None))
 
 
@@ -231,7 +239,7 @@ def _resume_output(record: RunRecord) -> tuple[Path, bool]:
     ``output_dir`` only when it is an absolute path that is absent (its parent folder existing:
     a record never makes tracebank create folders) or holds this run's own model."""
     output = Path(record.output_dir)
-    hint = "start a new run with the settings and an --output of your choice"
+    hint = "resume into a new folder with --output DIR, or start a new run"
     if not output.is_absolute():
         raise TrainError(f"run {record.run_id} records output {str(output)!r}, not an absolute path", hint)
     if output.is_symlink() or output.exists():

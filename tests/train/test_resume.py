@@ -296,7 +296,7 @@ def _planted_copy(killed_run, tmp_path, output_dir, **hyperparameters):
     return wh, run_id
 
 
-def _resume(wh, run_id):
+def _resume(wh, run_id, *args):
     with_threads = {**os.environ, **SINGLE_THREAD}
     return subprocess.run(
         [
@@ -309,6 +309,7 @@ def _resume(wh, run_id):
             "--quiet",
             "--resume",
             run_id,
+            *args,
         ],
         env=with_threads,
         capture_output=True,
@@ -384,6 +385,30 @@ def test_resume_replaces_a_model_folder_its_own_run_wrote(killed_run, tmp_path):
     assert json.loads((own / "tracebank.json").read_text())["run_id"] == run_id
 
 
+def test_resume_into_a_new_output_the_user_names(killed_run, tmp_path):
+    """Where the recorded output holds another run's model, the user names a new folder: the run
+    resumes there and the other model is left as it was."""
+    theirs = tmp_path / "theirs"
+    _model_folder(theirs, "20250101-000000-qa-0000")
+    wh, run_id = _planted_copy(killed_run, tmp_path, theirs, overwrite=True)
+    done = _resume(wh, run_id, "--output", str(tmp_path / "fresh"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "fresh" / "tracebank.json").read_text())["run_id"] == run_id
+    assert (theirs / "model.safetensors").read_text() == "their weights"
+    record = json.loads((wh.root / "runs" / run_id / "run.json").read_text())
+    assert record["output_dir"] == str(tmp_path / "fresh")
+
+
+def test_resume_into_a_named_output_holding_files_is_one_line(killed_run, tmp_path):
+    wh, run_id = _planted_copy(killed_run, tmp_path, tmp_path / "model")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    done = _resume(wh, run_id, "--output", str(taken))
+    assert done.returncode != 0 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert sorted(p.name for p in taken.iterdir()) == ["notes.txt"]
+
+
 @pytest.mark.parametrize("where", ["missing/deep/model", "relative"])
 def test_a_resume_refused_for_its_output_creates_nothing(killed_run, tmp_path, monkeypatch, where):
     """A resume created the parent folders of the recorded output, and read a relative one from
@@ -394,7 +419,7 @@ def test_a_resume_refused_for_its_output_creates_nothing(killed_run, tmp_path, m
     before = sorted(tmp_path.iterdir())
     done = _resume(wh, run_id)
     assert done.returncode == 1 and done.stderr.strip().count("\n") == 0, done.stderr
-    assert done.stderr.startswith("Error: ") and "start a new run" in done.stderr
+    assert done.stderr.startswith("Error: ") and "--output DIR" in done.stderr
     assert sorted(tmp_path.iterdir()) == before
 
 

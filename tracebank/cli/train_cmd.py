@@ -111,7 +111,10 @@ def _train_option(name: str, *flags: str, **extra: Any) -> Any:
     "--resume",
     metavar="RUN_ID",
     default=None,
-    help="Continue this failed or interrupted run from its last checkpoint, with its own settings.",
+    help=(
+        "Continue this failed or interrupted run from its last checkpoint, with its own settings "
+        "(--output DIR: into a new folder instead of the recorded one)."
+    ),
 )
 @click.option("--quiet", is_flag=True, help="No progress on stderr; only the summary line.")
 @pass_warehouse
@@ -124,8 +127,8 @@ def train(wh, quiet: bool, resume: str | None, target_modules: str | None, **opt
     on_event = None if quiet else progress
     try:
         if resume:
-            _refuse_settings_with_resume(list(options) + ["target_modules"])
-            record = resume_run(wh, resume, on_event=on_event)
+            _refuse_settings_with_resume([n for n in options if n != "output"] + ["target_modules"])
+            record = resume_run(wh, resume, on_event=on_event, output=options["output"])
         else:
             record = run_training(wh, _config(options, target_modules), on_event=on_event)
     finally:
