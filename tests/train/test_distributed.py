@@ -1,6 +1,7 @@
-"""Data-parallel training under torchrun on CPU (gloo): two ranks, and two "nodes" on loopback
-through a c10d rendezvous, train what one process trains over the same global batch; a rank that
-dies fails the run and publishes nothing."""
+"""Data-parallel training on CPU (gloo): two ranks of one node (started by tracebank's launcher, meeting
+in a private FileStore, listening on loopback only), and two "nodes" on loopback through torchrun's c10d
+rendezvous, train what one process trains over the same global batch; a rank that dies fails the run and
+publishes nothing."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
+from tracebank.train.launch import STORE_VARIABLE
 from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
 
@@ -122,24 +126,36 @@ def _rank_process(root_pid, local_rank):
     return None
 
 
-def test_a_rank_that_dies_fails_the_run_and_publishes_nothing(qa_wh, tiny_model, tmp_path):
-    out = tmp_path / "adapter"
-    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+def _start_long_run(wh, tiny_model, out):
+    """``train --nproc-per-node 2`` for many steps, started in the background."""
     long = [*RECIPE, "--max-steps", "5000", "--batch-size", "2", "--nproc-per-node", "2"]
-    proc = subprocess.Popen(
-        _command(qa_wh, tiny_model, out, *long),
+    return subprocess.Popen(
+        _command(wh, tiny_model, out, *long),
         env={**os.environ, **SINGLE_THREAD},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _wait_for_training(wh, proc, before, while_waiting=lambda: None):
+    """The new run's folder once its first metric is written (calling ``while_waiting`` meanwhile)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        runs = [f for f, _ in catalog.runs(qa_wh) if f.name not in before]
+        while_waiting()
+        runs = [f for f, _ in catalog.runs(wh) if f.name not in before]
         if runs and (runs[0] / "metrics.jsonl").stat().st_size > 0:
-            break
+            return runs[0]
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.05)
+    raise AssertionError("no metric within 300 s")
+
+
+def test_a_rank_that_dies_fails_the_run_and_publishes_nothing(qa_wh, tiny_model, tmp_path):
+    out = tmp_path / "adapter"
+    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    proc = _start_long_run(qa_wh, tiny_model, out)
+    run = _wait_for_training(qa_wh, proc, before)
     rank = _rank_process(proc.pid, "1")
     assert rank is not None
     os.kill(rank.pid, signal.SIGKILL)
@@ -147,7 +163,7 @@ def test_a_rank_that_dies_fails_the_run_and_publishes_nothing(qa_wh, tiny_model,
     assert proc.returncode == 1, stderr
     # rank 0 loses its peer in a collective (or torchrun reports the dead rank): one line either way
     assert stderr.startswith("Error: training process") and len(stderr.splitlines()) == 1
-    _, record = catalog.resolve_run(qa_wh, runs[0].name)
+    _, record = catalog.resolve_run(qa_wh, run.name)
     assert record.status == "failed" and record.error.startswith("training process")
     assert not out.exists() and not list(tmp_path.glob(".adapter*"))
 
@@ -178,3 +194,51 @@ def test_nodes_on_different_dataset_versions_stop_before_step_one(qa_wh, tiny_mo
     (run_id,) = {folder.name for folder, _ in catalog.runs(qa_wh)} - before
     _, record = catalog.resolve_run(qa_wh, run_id)
     assert record.status == "failed" and _metrics(qa_wh, run_id) == [] and not out.exists()
+
+
+def _tree(root_pid):
+    root = psutil.Process(root_pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _listening(processes):
+    """(pid, address) of every TCP socket in LISTEN that one of ``processes`` holds."""
+    found = set()
+    for proc in processes:
+        try:
+            sockets = proc.net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        found |= {(proc.pid, s.laddr.ip) for s in sockets if s.status == psutil.CONN_LISTEN}
+    return found
+
+
+def test_one_node_ranks_meet_privately_listen_on_loopback_only_end_with_train(qa_wh, tiny_model, tmp_path):
+    """Issue 27: torchrun --standalone served its c10d store (which unpickles what it is sent) on every
+    interface. Sampled from start to the first steps, every socket the ranks listen on is loopback,
+    and their store is a file in a folder only this user can open, outside the (shared) warehouse."""
+    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    proc = _start_long_run(qa_wh, tiny_model, tmp_path / "adapter")
+    listening = set()
+
+    def sample():
+        listening.update(_listening(_tree(proc.pid)))
+
+    try:
+        _wait_for_training(qa_wh, proc, before, while_waiting=sample)
+        for _ in range(20):
+            sample()
+            time.sleep(0.05)
+        ranks = [_rank_process(proc.pid, local_rank) for local_rank in ("0", "1")]
+        assert None not in ranks
+        (store,) = {Path(rank.environ()[STORE_VARIABLE]) for rank in ranks}
+        private = store.parent.stat()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # as `kill -9` of tracebank train
+        proc.communicate(timeout=60)
+    assert {address for _, address in listening} <= {"127.0.0.1", "::1"}, listening
+    assert stat.S_IMODE(private.st_mode) == 0o700 and private.st_uid == os.getuid()
+    assert qa_wh.root not in store.parents
+    gone, alive = psutil.wait_procs(ranks, timeout=30)
+    assert alive == [], alive
+    assert not store.parent.exists()  # the launcher removes the store before it ends the ranks
