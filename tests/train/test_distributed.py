@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tracebank.train import TrainConfig
+from tracebank.train.errors import TrainConfigError
 from tracebank.train.launch import STORE_VARIABLE
 from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
@@ -242,3 +244,53 @@ def test_one_node_ranks_meet_privately_listen_on_loopback_only_end_with_train(qa
     gone, alive = psutil.wait_procs(ranks, timeout=30)
     assert alive == [], alive
     assert not store.parent.exists()  # the launcher removes the store before it ends the ranks
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["node0.cluster:29400", "127.0.0.1:1", "[::1]:65535", "[fd00::1]:29400", "gpu-7:29400", "node0.:29400"],
+)
+def test_a_well_formed_rdzv_endpoint_is_accepted(endpoint):
+    TrainConfig(dataset="qa", base_model="m", output="o", nnodes=2, rdzv_endpoint=endpoint).validate()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ("node0", "is not HOST:PORT"),
+        (":29400", "is not HOST:PORT"),
+        ("node0:", "has no port in 1-65535"),
+        ("node0:0", "has no port in 1-65535"),
+        ("node0:65536", "has no port in 1-65535"),
+        ("node0:99999999999999999999", "has no port in 1-65535"),
+        ("node0:+80", "has no port in 1-65535"),
+        ("node0:٣٣", "has no port in 1-65535"),
+        ("::1:29400", "needs brackets"),
+        ("[not-ipv6]:29400", "is not a valid host"),
+        ("-node:29400", "is not a valid host"),
+        ("no de:29400", "is not a valid host"),
+        ("node_0:29400", "is not a valid host"),
+        ("999.1.1.1:29400", "is not a valid host"),
+        (f"{'a' * 64}:29400", "is not a valid host"),
+        ("a@evil:29400", "is not a valid host"),
+        ("node0:29400\nINJECTED", "has no port in 1-65535"),
+    ],
+)
+def test_a_bad_rdzv_endpoint_is_one_line_before_anything_starts(endpoint, problem):
+    """Issue 27 (low): only a ':' was checked, and a bad value ended as "exited with code 1"."""
+    with pytest.raises(TrainConfigError) as err:
+        TrainConfig(dataset="qa", base_model="m", output="o", nnodes=2, rdzv_endpoint=endpoint).validate()
+    line = err.value.one_line()
+    assert line.startswith("--rdzv-endpoint ") and problem in line and "\n" not in line
+    assert err.value.exit_code == 2
+
+
+def test_a_bad_rdzv_endpoint_is_refused_by_the_cli_in_one_line(qa_wh, tiny_model, tmp_path):
+    done = subprocess.run(
+        _command(qa_wh, tiny_model, tmp_path / "adapter", *RECIPE, "--nnodes", "2", "--rdzv-endpoint", "h:0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("Error: --rdzv-endpoint 'h:0' has no port") and done.stderr.count("\n") == 1
