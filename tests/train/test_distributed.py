@@ -294,3 +294,24 @@ def test_a_bad_rdzv_endpoint_is_refused_by_the_cli_in_one_line(qa_wh, tiny_model
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("Error: --rdzv-endpoint 'h:0' has no port") and done.stderr.count("\n") == 1
+
+
+def test_a_timeout_stops_every_rank_and_removes_their_store(qa_wh, tiny_model, tmp_path):
+    proc = subprocess.Popen(
+        _command(qa_wh, tiny_model, tmp_path / "adapter", *RECIPE, "--max-steps", "100000")
+        + ["--batch-size", "2", "--nproc-per-node", "2", "--timeout", "30"],
+        env={**os.environ, **SINGLE_THREAD},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ranks: list = [None]
+    while None in ranks:  # both started (seconds after the command), long before the timeout
+        assert proc.poll() is None, proc.stderr.read()
+        ranks = [_rank_process(proc.pid, local_rank) for local_rank in ("0", "1")]
+        time.sleep(0.05)
+    (store,) = {Path(rank.environ()[STORE_VARIABLE]) for rank in ranks}
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and stderr.startswith("Error: training timed out after 30s"), stderr
+    assert psutil.wait_procs(ranks, timeout=10)[1] == []
+    assert not store.parent.exists()
