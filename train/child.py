@@ -57,6 +57,8 @@ def end_with_parent(
     return thread
 
 
+#: The FileStore file the ranks of one node initialise their process group from (set by train.launch).
+STORE_VARIABLE = "TRACEBANK_RANKS_STORE"
 #: transformers' default ``ddp_timeout``: how long a collective waits for a slow rank.
 COLLECTIVE_TIMEOUT_S = 1800
 
@@ -70,8 +72,6 @@ def join_local_ranks() -> None:
     accelerate adds for FSDP's full state dict) are set up. Under torchrun (several nodes) the
     store variable is absent and accelerate joins torchrun's rendezvous as before.
     """
-    from tracebank.train.launch import STORE_VARIABLE
-
     store = os.environ.get(STORE_VARIABLE)
     if not store:
         return

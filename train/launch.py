@@ -28,8 +28,8 @@ from functools import partial
 from pathlib import Path
 from types import FrameType
 
-#: The FileStore file the ranks of one node initialise their process group from (set by the launcher).
-STORE_VARIABLE = "TRACEBANK_RANKS_STORE"
+from tracebank.train.child import STORE_VARIABLE, end_with_parent
+
 #: How long the other ranks get to stop after one failed, before they are killed.
 STOP_GRACE_S = 5.0
 POLL_S = 0.2
@@ -111,8 +111,6 @@ def exit_as(code: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    from tracebank.train.child import end_with_parent
-
     mode, rest = argv[0], argv[1:]
     if mode != "ranks":
         end_with_parent(os.getppid())

@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 from tracebank.train import TrainConfig
+from tracebank.train.child import STORE_VARIABLE
 from tracebank.train.errors import TrainConfigError
-from tracebank.train.launch import STORE_VARIABLE
 from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
 
