@@ -27,6 +27,7 @@ import time
 from functools import partial
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 from tracebank.train.child import STORE_VARIABLE, end_with_parent
 
@@ -100,7 +101,7 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # runs run_ranks' cleanup: the ranks stopped, the store removed
 
 
-def exit_as(code: int) -> None:
+def exit_as(code: int) -> NoReturn:
     """Exit as the failed rank did: by its signal (so the parent can say "killed by SIGKILL"), or its code."""
     if code < 0:
         if -code != signal.SIGKILL:
@@ -110,23 +111,27 @@ def exit_as(code: int) -> None:
     sys.exit(code)
 
 
-def main(argv: list[str]) -> None:
-    mode, rest = argv[0], argv[1:]
-    if mode != "ranks":
-        end_with_parent(os.getppid())
-        from torch.distributed.run import main as torchrun
-
-        torchrun(rest)
-        return
-    private = Path(tempfile.mkdtemp(prefix="tracebank-ranks-"))  # 0700: no other user can join
+def launch_ranks(nproc: int, spec_path: str) -> NoReturn:
+    """One node: the ranks meet in a store inside a folder only this user can open, removed at the end."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    private = Path(tempfile.mkdtemp(prefix="tracebank-ranks-"))  # mode 0700
     remove_private = partial(shutil.rmtree, private, ignore_errors=True)
     end_with_parent(os.getppid(), before=remove_private)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        code = run_ranks(int(rest[0]), rest[1], private)
+        code = run_ranks(nproc, spec_path, private)
     finally:
         remove_private()
     exit_as(code)
+
+
+def main(argv: list[str]) -> None:
+    mode, rest = argv[0], argv[1:]
+    if mode == "ranks":
+        launch_ranks(int(rest[0]), rest[1])
+    end_with_parent(os.getppid())
+    from torch.distributed.run import main as torchrun
+
+    torchrun(rest)
 
 
 if __name__ == "__main__":
