@@ -128,12 +128,12 @@ def _rank_process(root_pid, local_rank):
     return None
 
 
-def _start_long_run(wh, tiny_model, out):
+def _start_long_run(wh, tiny_model, out, env=None):
     """``train --nproc-per-node 2`` for many steps, started in the background."""
     long = [*RECIPE, "--max-steps", "5000", "--batch-size", "2", "--nproc-per-node", "2"]
     return subprocess.Popen(
         _command(wh, tiny_model, out, *long),
-        env={**os.environ, **SINGLE_THREAD},
+        env={**os.environ, **SINGLE_THREAD, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -215,12 +215,25 @@ def _listening(processes):
     return found
 
 
+def _network_interface():
+    """A network interface of this machine with an IPv4 address beyond loopback, or None."""
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and not a.address.startswith("127.") for a in addresses):
+            return name
+    return None
+
+
 def test_one_node_ranks_meet_privately_listen_on_loopback_only_end_with_train(qa_wh, tiny_model, tmp_path):
     """Issue 27: torchrun --standalone served its c10d store (which unpickles what it is sent) on every
     interface. Sampled from start to the first steps, every socket the ranks listen on is loopback,
     and their store is a file in a folder only this user can open, outside the (shared) warehouse."""
     before = {folder.name for folder, _ in catalog.runs(qa_wh)}
-    proc = _start_long_run(qa_wh, tiny_model, tmp_path / "adapter")
+    # Here the hostname resolves to 127.0.0.1; on most machines it names the network address, which
+    # gloo then listens on. A user's GLOO_SOCKET_IFNAME naming that interface does the same here.
+    network = _network_interface()
+    proc = _start_long_run(
+        qa_wh, tiny_model, tmp_path / "adapter", {"GLOO_SOCKET_IFNAME": network} if network else None
+    )
     listening = set()
 
     def sample():
