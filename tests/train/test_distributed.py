@@ -328,3 +328,20 @@ def test_a_timeout_stops_every_rank_and_removes_their_store(qa_wh, tiny_model, t
     assert proc.returncode == 1 and stderr.startswith("Error: training timed out after 30s"), stderr
     assert psutil.wait_procs(ranks, timeout=10)[1] == []
     assert not store.parent.exists()
+
+
+def test_only_several_nodes_start_torchrun_and_its_rendezvous(tmp_path, monkeypatch):
+    from tracebank.train.supervisor import LAUNCHER_VARIABLE, child_command
+
+    def command(**distributed):
+        config = TrainConfig(dataset="qa", base_model="m", output="o", **distributed).validate()
+        return child_command(config, tmp_path / "spec.json")
+
+    one_node = command(nproc_per_node=8)
+    assert one_node[-4:] == ["tracebank.train.launch", "ranks", "8", str(tmp_path / "spec.json")]
+    assert not any("rdzv" in part or "standalone" in part for part in one_node)
+    monkeypatch.setenv(LAUNCHER_VARIABLE, "torchrun")  # the GPU check: one process, with a process group
+    assert command()[-3:] == ["ranks", "1", str(tmp_path / "spec.json")]
+    nodes = command(nproc_per_node=8, nnodes=2, node_rank=1, rdzv_endpoint="[fd00::1]:29400")
+    assert nodes[4] == "torchrun" and "--rdzv-backend=c10d" in nodes
+    assert "--rdzv-endpoint=[fd00::1]:29400" in nodes and "--node-rank=1" in nodes
