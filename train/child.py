@@ -4,8 +4,9 @@ A separate process so the accelerator's memory is returned to the system when tr
 ends (vLLM serves the next round from the same GPU), and so a crash, an out-of-memory
 kill or a timeout takes down only this process while the parent records the run as failed.
 It reports to the parent as JSON lines into the FIFO the spec names (``events``); its stdout
-and stderr go to the run's train.log. Under torchrun every rank runs this module and only
-each node's local rank 0 reports (its node's parent reads the FIFO).
+and stderr go to the run's train.log. With several ranks every rank runs this module and only
+each node's local rank 0 reports (its node's parent reads the FIFO). On one node the ranks
+initialise their process group themselves (:func:`join_local_ranks`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 #: Set to 1 to let the training child import vLLM (tracebank's training never uses it).
@@ -34,8 +36,10 @@ def hide_vllm() -> None:
         sys.modules["vllm"] = None  # type: ignore[assignment]
 
 
-def end_with_parent(parent: int, poll_s: float = 1.0) -> threading.Thread:
-    """Stop this child's whole process group when ``parent`` is gone.
+def end_with_parent(
+    parent: int, poll_s: float = 1.0, before: Callable[[], None] = lambda: None
+) -> threading.Thread:
+    """Stop this child's whole process group when ``parent`` is gone (calling ``before`` first).
 
     The child runs in a session of its own (so Ctrl-C in the terminal reaches only the
     parent, which stops it cleanly); a parent killed outright (SIGKILL, or a SIGTERM from
@@ -45,11 +49,48 @@ def end_with_parent(parent: int, poll_s: float = 1.0) -> threading.Thread:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(poll_s)
+        before()
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     thread = threading.Thread(target=watch, name="end-with-parent", daemon=True)
     thread.start()
     return thread
+
+
+#: The FileStore file the ranks of one node initialise their process group from (set by train.launch).
+STORE_VARIABLE = "TRACEBANK_RANKS_STORE"
+#: transformers' default ``ddp_timeout``: how long a collective waits for a slow rank.
+COLLECTIVE_TIMEOUT_S = 1800
+
+
+def join_local_ranks() -> None:
+    """Initialise the process group of a one-node run from the launcher's private FileStore.
+
+    Done before transformers asks accelerate for its state: accelerate's ``PartialState`` uses a
+    default group that already exists, so it never reads MASTER_ADDR / MASTER_PORT and no TCP
+    store is started. On CUDA both NCCL (the GPUs) and gloo (objects and CPU tensors, as
+    accelerate adds for FSDP's full state dict) are set up. Under torchrun (several nodes) the
+    store variable is absent and accelerate joins torchrun's rendezvous as before.
+    """
+    store = os.environ.get(STORE_VARIABLE)
+    if not store:
+        return
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    backend = "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        backend = "cuda:nccl,cpu:gloo"
+    dist.init_process_group(
+        backend,
+        init_method=f"file://{store}",
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+    )
 
 
 def _channel(spec: dict[str, Any]) -> Any:
@@ -82,6 +123,7 @@ def main(argv: list[str]) -> int:
 
     recipe = (DPORecipe if spec["config"].get("method") == "dpo" else SFTRecipe)(spec, emit)
     try:
+        join_local_ranks()
         recipe.setup()
         stats = recipe.train()
         saved = recipe.save()

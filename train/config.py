@@ -9,6 +9,8 @@ are decided per machine by :meth:`TrainConfig.resolve` and the decision is recor
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +53,51 @@ OPTIMIZERS = ("adamw_8bit", "adamw_torch", "adamw_torch_fused", "paged_adamw_8bi
 
 #: Token positions and ids are int32 in the dataset and in torch's position ids.
 MAX_TOKENS = 2**31 - 1
+
+
+#: A hostname's label (RFC 1123): letters, digits and inner hyphens, at most 63 of them.
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_RDZV_HINT = "HOST:PORT of node 0 on a trusted network, e.g. node0.cluster:29400 or [fd00::1]:29400"
+
+
+def check_rdzv_endpoint(endpoint: str) -> None:
+    """Refuse in one line an ``--rdzv-endpoint`` that is not HOST:PORT with HOST an IPv4 address, an
+    IPv6 address in brackets or a hostname of valid syntax, and PORT in 1-65535 (torchrun would
+    otherwise fail later, or wait, with no word on why)."""
+    host, colon, port = endpoint.rpartition(":")
+    if not colon or not host:
+        problem = "is not HOST:PORT"
+    elif not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        problem = "has no port in 1-65535"
+    elif ":" in host and not host.startswith("["):
+        problem = "needs brackets around an IPv6 address ([ADDRESS]:PORT)"
+    elif not _is_host(host):
+        problem = f"{host!r} is not a valid host (an IP address, [IPv6] or hostname)"
+    else:
+        return
+    raise TrainConfigError(f"--rdzv-endpoint {endpoint!r} {problem}", _RDZV_HINT)
+
+
+def _is_host(host: str) -> bool:
+    if host.startswith("[") and host.endswith("]"):
+        return _is_ip(host[1:-1], ipaddress.IPv6Address)
+    if _is_ip(host, ipaddress.IPv4Address):
+        return True
+    labels = host.removesuffix(".").split(".")
+    # An all-digit last label would read as a (bad) IPv4 address, not as a name.
+    return (
+        len(host) <= 253
+        and all(_HOST_LABEL.fullmatch(label) for label in labels)
+        and not labels[-1].isdigit()
+    )
+
+
+def _is_ip(text: str, kind: type[ipaddress.IPv4Address | ipaddress.IPv6Address]) -> bool:
+    try:
+        kind(text)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -174,13 +221,16 @@ class TrainConfig:
     """Shard a --finetune full run's weights, gradients and optimizer state over its ranks with FSDP
     (accelerate's full_shard auto_wrap; CUDA GPUs of one node; without it ranks run DDP)."""
     nproc_per_node: int = 1
-    """Training processes on this machine (one per GPU): >1 runs data-parallel under torchrun."""
+    """Training processes on this machine (one per GPU): >1 runs data-parallel (on one node the ranks
+    meet in a private file and listen on loopback only; over nodes, torchrun's rendezvous)."""
     nnodes: int = 1
     """Machines taking part in a data-parallel run (each runs the same command)."""
     node_rank: int = 0
     """This machine's rank among --nnodes (0 records the run and writes the model)."""
     rdzv_endpoint: str | None = None
-    """HOST:PORT of the c10d rendezvous every node joins (needed with --nnodes > 1)."""
+    """HOST:PORT of node 0's c10d rendezvous every node joins (needed with --nnodes > 1; IPv6 in
+    brackets). Its network must be trusted: whoever reaches it can join the run, and torchrun
+    unpickles what the (unauthenticated) store there holds."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Further SFTConfig / TrainingArguments keys passed through as is (recorded too)."""
 
@@ -314,8 +364,8 @@ class TrainConfig:
             raise TrainConfigError(
                 "--nnodes > 1 needs --rdzv-endpoint HOST:PORT", "the same address on every node"
             )
-        if self.rdzv_endpoint and ":" not in self.rdzv_endpoint:
-            raise TrainConfigError(f"--rdzv-endpoint {self.rdzv_endpoint!r} is not HOST:PORT")
+        if self.rdzv_endpoint is not None:
+            check_rdzv_endpoint(self.rdzv_endpoint)
         if self.nnodes > 1 and self.save_steps:
             raise TrainConfigError(
                 "--save-steps (resume) is not supported for multi-node runs yet",

@@ -1,5 +1,5 @@
-"""The training child seen from the parent: start it (one process, or one per rank under torchrun
-through ``train.launch``), pump its events into the run record, stop it.
+"""The training child seen from the parent: start it (one process, or one per rank through
+``train.launch``), pump its events into the run record, stop it.
 
 The child reports JSON lines (``loaded``, ``metric``, ``checkpoint``, ``done``, ``error``); this
 is the one place that turns them into run-record updates, metrics.jsonl lines and progress
@@ -28,28 +28,32 @@ KILL_GRACE_S = 5.0
 
 #: The c10d rendezvous id every node of a multi-node run joins under.
 RDZV_ID = "tracebank-train"
-#: Set to ``torchrun`` to start even a one-process run under torchrun (the GPU check does).
+#: Set to ``torchrun`` to start even a one-process run through the multi-rank launcher, with a
+#: process group (the GPU check does).
 LAUNCHER_VARIABLE = "TRACEBANK_TRAIN_LAUNCHER"
 
 
 def child_command(config: TrainConfig, spec_path: Path) -> list[str]:
-    """The command that trains ``spec_path``: the child itself, or torchrun starting one per rank."""
+    """The command that trains ``spec_path``: the child itself, or ``train.launch`` starting one per
+    rank (on one node by itself, over nodes under torchrun's c10d rendezvous)."""
     child = ["-m", "tracebank.train.child", str(spec_path)]
     # FSDP needs a process group even on one GPU.
     if config.world_size == 1 and not config.fsdp and os.environ.get(LAUNCHER_VARIABLE) != "torchrun":
         return [sys.executable, "-P", *child]
-    ranks = [f"--nproc-per-node={config.nproc_per_node}", "--max-restarts=0", "--monitor-interval=0.5"]
+    launch = [sys.executable, "-P", "-m", "tracebank.train.launch"]
     if config.nnodes == 1:
-        ranks.append("--standalone")
-    else:
-        ranks += [
-            f"--nnodes={config.nnodes}",
-            f"--node-rank={config.node_rank}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={config.rdzv_endpoint}",
-            f"--rdzv-id={RDZV_ID}",
-        ]
-    return [sys.executable, "-P", "-m", "tracebank.train.launch", *ranks, "--module", *child[1:]]
+        return [*launch, "ranks", str(config.nproc_per_node), str(spec_path)]
+    rendezvous = [
+        f"--nproc-per-node={config.nproc_per_node}",
+        "--max-restarts=0",
+        "--monitor-interval=0.5",
+        f"--nnodes={config.nnodes}",
+        f"--node-rank={config.node_rank}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={config.rdzv_endpoint}",
+        f"--rdzv-id={RDZV_ID}",
+    ]
+    return [*launch, "torchrun", *rendezvous, "--module", *child[1:]]
 
 
 class ChildRun:
@@ -72,7 +76,7 @@ class ChildRun:
         self.returncode: int | None = None
 
     def run(self, command: list[str], events: Path, log_path: Path) -> None:
-        """Run ``command`` (the child, or torchrun starting one per rank) with its output in
+        """Run ``command`` (the child, or the launcher starting one per rank) with its output in
         ``log_path``, reading its events from the FIFO ``events`` until it ends."""
         self.log_path = log_path
         events.unlink(missing_ok=True)  # left by an attempt that was killed
