@@ -146,7 +146,9 @@ def _wait_for_training(wh, proc, before, while_waiting=lambda: None):
     while time.monotonic() < deadline:
         while_waiting()
         runs = [f for f, _ in catalog.runs(wh) if f.name not in before]
-        if runs and (runs[0] / "metrics.jsonl").stat().st_size > 0:
+        # run.json is created a moment before metrics.jsonl: a run folder without it has not started
+        metrics = runs[0] / "metrics.jsonl" if runs else None
+        if metrics is not None and metrics.is_file() and metrics.stat().st_size > 0:
             return runs[0]
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.05)
@@ -157,14 +159,19 @@ def test_a_rank_that_dies_fails_the_run_and_publishes_nothing(qa_wh, tiny_model,
     out = tmp_path / "adapter"
     before = {folder.name for folder, _ in catalog.runs(qa_wh)}
     proc = _start_long_run(qa_wh, tiny_model, out)
-    run = _wait_for_training(qa_wh, proc, before)
-    rank = _rank_process(proc.pid, "1")
-    assert rank is not None
-    os.kill(rank.pid, signal.SIGKILL)
-    _, stderr = proc.communicate(timeout=120)
+    try:
+        run = _wait_for_training(qa_wh, proc, before)
+        rank = _rank_process(proc.pid, "1")
+        assert rank is not None
+        os.kill(rank.pid, signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # a failed check above: no 5000-step run left behind
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
     assert proc.returncode == 1, stderr
-    # rank 0 loses its peer in a collective (or torchrun reports the dead rank): one line either way
-    assert stderr.startswith("Error: training process") and len(stderr.splitlines()) == 1
+    # rank 0 loses its peer in a collective (or the launcher reports the dead rank): one line either way
+    assert stderr.startswith("Error: training process") and len(stderr.splitlines()) == 1, stderr
     _, record = catalog.resolve_run(qa_wh, run.name)
     assert record.status == "failed" and record.error.startswith("training process")
     assert not out.exists() and not list(tmp_path.glob(".adapter*"))
