@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tracebank.warehouse.bytestore import no_link_between
 from tracebank.warehouse.layout import CHECKPOINT_COMPLETE, CHECKPOINTS, scratch_key
 from tracebank.warehouse.location import Warehouse
 
@@ -40,7 +41,11 @@ def complete_checkpoints(scratch: Path) -> list[tuple[int, Path]]:
     found = []
     for folder in root.iterdir():
         step = folder.name.removeprefix(PREFIX)
-        if folder.name.startswith(PREFIX) and step.isdigit() and (folder / COMPLETE).exists():
+        # The scratch is inside a warehouse others may write: a checkpoint reached through a link
+        # would make a resume load weights from anywhere.
+        marker = folder / COMPLETE
+        whole = no_link_between(scratch, marker) and marker.is_file() and not marker.is_symlink()
+        if folder.name.startswith(PREFIX) and step.isdigit() and not folder.is_symlink() and whole:
             found.append((int(step), folder))
     return sorted(found)
 

@@ -429,3 +429,23 @@ def test_a_record_with_settings_of_the_wrong_type_is_one_line(killed_run, tmp_pa
     done = _resume(wh, run_id)
     assert done.returncode == 1 and done.stderr.strip().count("\n") == 0, done.stderr
     assert done.stderr.startswith("Error: ") and not (tmp_path / "model").exists()
+
+
+def test_a_checkpoint_reached_through_a_link_is_no_checkpoint(tmp_path):
+    """A co-worker who can write the warehouse could link a checkpoint (or its marker) to a folder
+    anywhere: a resume would load weights from there. Only plain folders count."""
+    from tracebank.train.checkpoints import COMPLETE, checkpoints_dir
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "checkpoint-9").mkdir(parents=True)
+    (elsewhere / "checkpoint-9" / COMPLETE).write_text("")
+    (elsewhere / "marker").write_text("")
+    scratch = tmp_path / "wh" / "tmp" / "train-r1"
+    root = checkpoints_dir(scratch)
+    (root / "checkpoint-2").mkdir(parents=True)
+    (root / "checkpoint-2" / COMPLETE).write_text("")
+    (root / "checkpoint-7").symlink_to(elsewhere / "checkpoint-9", target_is_directory=True)
+    (root / "checkpoint-8").mkdir()
+    (root / "checkpoint-8" / COMPLETE).symlink_to(elsewhere / "marker")
+    (root / "checkpoint-9").mkdir()  # not whole: no marker
+    assert complete_checkpoints(scratch) == [(2, root / "checkpoint-2")]
