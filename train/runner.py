@@ -223,14 +223,13 @@ def resume(
             f"run {record.run_id} left no checkpoint to resume from",
             "it ran without --save-steps or stopped before its first checkpoint; start a new run",
         )
-    own = functools.partial(written_by_train, run_id=record.run_id)
-    _output_guard(wh, resumed_output, config.overwrite, owned=own).check()
+    base = resolve_base_model(record.base_model).path
+    run = _Run(config, version, record, resumed_output, base, resume_from=found)
+    _run_guard(wh, run).check()
     if record.attempts and record.attempts[-1]["status"] == "running":  # killed: nobody wrote its end
         record.attempts[-1].update(status="failed", error=record.error)
     record.status, record.error, record.finished_at = "running", None, None
     record.hyperparameters = config.to_dict()  # what this attempt runs with
-    base = resolve_base_model(record.base_model).path
-    run = _Run(config, version, record, resumed_output, base, resume_from=found)
     return _attempt(wh, run, on_event or (lambda event: None))
 
 

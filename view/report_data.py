@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from tracebank.view.config import ReportConfig
 from tracebank.view.conversation import DatasetRow, iter_rows, version_rows
 from tracebank.view.errors import NothingToShowError
 from tracebank.view.preference_view import is_preference, preference_section
-from tracebank.warehouse import catalog, finite
+from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.contract import IGNORE_INDEX, RAW_LLM_SPAN
 from tracebank.warehouse.location import Warehouse
@@ -264,8 +265,7 @@ def gather(
         raise NothingToShowError(
             f"nothing to report in {wh.root}", "collect, transform or train something first"
         )
-    # The page script reads standard JSON only: a NaN or an infinity (a planted reward, a diverged
-    # loss) is shown as null, never as a token that stops the script (no charts, no conversations).
-    data = finite.nulled(data)
-    finite.dumps(data, default=str)  # fail here, not halfway through writing, if something is not JSON-able
+    # Fail here, not halfway through writing, if something is not JSON-able; a NaN or an infinity
+    # (a planted reward, a diverged loss) becomes null where the page's JSON is written (script_json).
+    json.dumps(data, default=str)
     return data

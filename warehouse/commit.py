@@ -32,12 +32,13 @@ from tracebank.warehouse.records import Manifest
 def record_bytes(doc: dict[str, Any], what: str) -> bytes:
     """How a manifest or record is written: standard JSON (no NaN or Infinity, which readers other
     than Python's refuse); WarehouseError naming the field of a non-finite number."""
-    try:
-        finite.dumps(doc)
-    except finite.NotStandardJSON as exc:
+    found = finite.first_non_finite(doc)  # checked, not serialised twice
+    if found is not None:
+        path, number = found
         raise WarehouseError(
-            f"refusing to write {what}: {exc}", "a number that is not finite is a bug of its writer"
-        ) from None
+            f"refusing to write {what}: {path} is {number}, not a finite number",
+            "a number that is not finite is a bug of its writer",
+        )
     return json_bytes(doc)
 
 

@@ -203,10 +203,8 @@ def _model_leftovers(run_id: str, output_dir: object, now: float, min_age_s: flo
 def _owner_alive(owner: dict[str, object]) -> bool:
     """Whether the process a marker names may still be running: unless it is seen gone on this
     host, assume it is (a record saying otherwise may be planted; its own host's gc removes it)."""
-    try:
-        return Owner.from_dict(owner).alive() is not False
-    except (KeyError, TypeError, ValueError):
-        return True
+    named = Owner.parse(owner)
+    return named is None or named.alive() is not False
 
 
 def _newest_s(folder: Path, now: float) -> float:

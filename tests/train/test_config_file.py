@@ -10,9 +10,9 @@ import yaml
 from click.testing import CliRunner
 from tracebank.warehouse import catalog
 
+from tests.train.cli import SINGLE_THREAD
 from tracebank.cli.main import cli
 
-SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 FLAGS = [
     "--dataset", "qa", "--lr", "1e-2", "--batch-size", "4", "--grad-accum", "1", "--warmup-steps", "0",
     "--max-steps", "4", "--seed", "0", "--save", "lora", "--target-modules", "q_proj,v_proj",

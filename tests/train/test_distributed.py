@@ -24,8 +24,8 @@ from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
 
 from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
+from tests.train.cli import SINGLE_THREAD
 
-SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: Global batch 4 per step: one process of batch 4, or two ranks of batch 2.
 RECIPE = [
     "--dataset", "qa@v1", "--lr", "1e-2", "--grad-accum", "1", "--warmup-steps", "0",

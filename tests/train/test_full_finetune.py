@@ -9,9 +9,6 @@ scripts/gpu_check.sh trains an FSDP run on CUDA.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
@@ -21,9 +18,9 @@ from tracebank.train.recipe import parallel_arguments, training_arguments
 from tracebank.train.supervisor import child_command
 from tracebank.warehouse import catalog
 
+from tests.train.cli import train_cli
 from tracebank.cli.main import cli
 
-SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 RECIPE = [
     "--dataset", "qa@v1", "--lr", "1e-3", "--grad-accum", "1", "--warmup-steps", "0", "--seed", "0",
     "--eval-strategy", "no", "--finetune", "full", "--max-steps", "2",
@@ -85,28 +82,7 @@ def test_fsdp_arguments_reach_training_arguments_and_the_fsdp_plugin(tmp_path, m
 
 
 def _train(wh, tiny_model, out, *more):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tracebank.cli.main",
-            "-w",
-            str(wh.root),
-            "train",
-            "--quiet",
-            "--base-model",
-            str(tiny_model),
-            "--output",
-            str(out),
-            *RECIPE,
-            *more,
-        ],  # fmt: skip
-        env={**os.environ, **SINGLE_THREAD},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    return done
+    return train_cli(wh.root, "--base-model", str(tiny_model), "--output", str(out), *RECIPE, *more)
 
 
 def _weights(folder):

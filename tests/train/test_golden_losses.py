@@ -17,8 +17,9 @@ import pytest
 from tracebank.train import TrainConfig, train
 from tracebank.warehouse import catalog
 
+from tests.train.cli import SINGLE_THREAD
+
 #: One CPU thread in the training child: float sums in another order differ in the last bits.
-SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: The recipe under test: qa@v1, batch 4, one gradient step per batch, no warm-up.
 GOLDEN_CONFIG = {"learning_rate": 1e-2, "batch_size": 4, "grad_accum": 1, "warmup_steps": 0, "max_steps": 4}
 GOLDEN_TRAIN_LOSSES = [7.166727542877197, 5.426361083984375, 4.180925369262695, 4.158657073974609]

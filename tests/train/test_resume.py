@@ -18,10 +18,10 @@ from tracebank.train.checkpoints import complete_checkpoints
 from tracebank.train.checkpoints import run_scratch as scratch_dir
 from tracebank.warehouse import catalog
 
+from tests.train.cli import SINGLE_THREAD, train_cli
 from tests.train.test_config_file import planted_store  # noqa: F401 (fixture)
 from tracebank.cli.main import cli
 
-SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: 24 steps over 6 epochs of 4 batches, a checkpoint every 2 steps: resuming crosses epochs.
 RECIPE = [
     "--lr", "1e-2", "--batch-size", "4", "--grad-accum", "1", "--warmup-steps", "0", "--max-steps", "24",
@@ -297,25 +297,7 @@ def _planted_copy(killed_run, tmp_path, output_dir, **hyperparameters):
 
 
 def _resume(wh, run_id, *args):
-    with_threads = {**os.environ, **SINGLE_THREAD}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tracebank.cli.main",
-            "-w",
-            str(wh.root),
-            "train",
-            "--quiet",
-            "--resume",
-            run_id,
-            *args,
-        ],
-        env=with_threads,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return train_cli(wh.root, "--resume", run_id, *args, timeout=300)
 
 
 def test_a_planted_record_resumes_on_one_node_and_never_reaches_its_rendezvous(
