@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.tracebank-installed
-PACKAGES := tracebank warehouse collect transform train serve loop view rescore
+PACKAGES := tracebank core warehouse collect transform train serve loop view rescore
 
 # LiteLLM (imported by agentlightning) otherwise fetches a price map from the internet and stalls.
 export LITELLM_LOCAL_MODEL_COST_MAP := True

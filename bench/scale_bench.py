@@ -45,12 +45,12 @@ CACHE = cache_dir() / "bench-scale"  # $TRACEBANK_CACHE_DIR moves it
 CHILD = """
 import json, sys, time, threading
 from tracebank.transform import TransformConfig, transform
-from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.backends import open_warehouse
 def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
-wh = Warehouse.resolve(sys.argv[1])
+wh = open_warehouse(sys.argv[1])
 engine, address, rebuild = sys.argv[2], sys.argv[3] or None, sys.argv[4] == "cold"
 base = hwm()
 t0, c0 = time.perf_counter(), time.process_time()
@@ -78,9 +78,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tracebank.transform.writer import PARQUET_OPTIONS, PIECE_TOKENS
-from tracebank.warehouse import catalog
-from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.storage import files_of
+from tracebank.warehouse.backends import open_warehouse
+from tracebank.warehouse.storage import Storage
 def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
@@ -97,8 +96,8 @@ def rows(prompts, responses):
     offsets = pa.array(po - po[0] + ro - ro[0], pa.int32())
     mask = np.ones(len(ids), np.int32)
     return [pa.ListArray.from_arrays(offsets, pa.array(v)) for v in (ids, mask, labels)]
-wh = Warehouse.resolve(sys.argv[1])
-files = [f for folder, m in catalog.silver_caches(wh) for f in files_of(folder, m, "llm_calls")]
+wh = open_warehouse(sys.argv[1])
+files = [f for folder, m in Storage(wh).silver_caches() for f in Storage(wh).files_of(folder, m, "llm_calls")]
 names = ["input_ids", "attention_mask", "labels"]
 schema = pa.schema([pa.field(n, pa.list_(pa.int32())) for n in names])
 base = hwm()
@@ -139,8 +138,8 @@ COLD_PARTS_CHILD = """
 import json, sys, time
 import duckdb
 from tracebank.collect import silver
-from tracebank.warehouse.location import Warehouse
-wh = Warehouse.resolve(sys.argv[1])
+from tracebank.warehouse.backends import open_warehouse
+wh = open_warehouse(sys.argv[1])
 cid = sys.argv[2]
 con = duckdb.connect(":memory:", config={"threads": silver.SILVER_THREADS})
 calls_sql = silver._CALLS_SQL.replace("{valid}", "")
@@ -280,10 +279,10 @@ def _warehouse(millions: int) -> tuple[Path, dict[str, float]]:
 def _sweep(root: Path) -> None:
     """Remove what the cold run's silver rebuild left behind (the silver files it replaced), so
     the cached warehouse does not grow by a silver cache each run."""
+    from tracebank.warehouse.backends import open_warehouse
     from tracebank.warehouse.gc import gc
-    from tracebank.warehouse.location import Warehouse
 
-    gc(Warehouse.resolve(str(root)), min_age_s=0)
+    gc(open_warehouse(str(root)), min_age_s=0)
 
 
 def _child(script: str, *args: str, env: dict[str, str] | None = None) -> dict:

@@ -56,20 +56,19 @@ import pyarrow.parquet as pq
 import agentlightning as agl
 from datasets import Dataset
 from tracebank.warehouse.bronze import span_dict_from_row
-from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse import catalog
-from tracebank.warehouse.storage import files_of, read_table
+from tracebank.warehouse.backends import open_warehouse
+from tracebank.warehouse.storage import Storage, read_table
 from tests.transform.oracle import oracle_rows
 logging.getLogger("agentlightning").setLevel(logging.ERROR)
-wh = Warehouse.resolve(sys.argv[1])
+wh = open_warehouse(sys.argv[1])
 base = rss_mib()
 t0 = time.perf_counter()
 c0 = time.process_time()
 rows, attempts = [], []
-for folder, manifest in catalog.collections(wh):
-    for f in files_of(folder, manifest, "spans"):
+for folder, manifest in Storage(wh).collections():
+    for f in Storage(wh).files_of(folder, manifest, "spans"):
         rows += read_table([f]).to_pylist()
-    for f in files_of(folder, manifest, "attempts"):
+    for f in Storage(wh).files_of(folder, manifest, "attempts"):
         attempts += read_table([f]).to_pylist()
 latest = {}
 for a in attempts:
@@ -101,8 +100,8 @@ import json, sys, time
 import pyarrow.parquet as pq
 from tracebank.collect import build_silver
 from tracebank.transform import TransformConfig, transform
-from tracebank.warehouse.location import Warehouse
-wh = Warehouse.resolve(sys.argv[1])
+from tracebank.warehouse.backends import open_warehouse
+wh = open_warehouse(sys.argv[1])
 base = rss_mib()
 t0, c0 = time.perf_counter(), time.process_time()
 build_silver(wh)
@@ -123,8 +122,8 @@ WARM = (
     + """
 import json, sys, time
 from tracebank.transform import TransformConfig, transform
-from tracebank.warehouse.location import Warehouse
-wh = Warehouse.resolve(sys.argv[1])
+from tracebank.warehouse.backends import open_warehouse
+wh = open_warehouse(sys.argv[1])
 base = rss_mib()
 times, cpu, hashes = [], [], set()
 for _ in range(int(sys.argv[2])):
@@ -152,9 +151,9 @@ VERSION_DIGEST = (
     + """
 import json, sys
 import pyarrow.parquet as pq
-from tracebank.warehouse import catalog
-from tracebank.warehouse.location import Warehouse
-folder, manifest = catalog.dataset_versions(Warehouse.resolve(sys.argv[1]), "bench")[-1]
+from tracebank.warehouse.backends import open_warehouse
+from tracebank.warehouse.storage import Storage
+folder, manifest = Storage(open_warehouse(sys.argv[1])).dataset_versions("bench")[-1]
 files = [f.path for f in manifest.split_files()["train"]]  # one, or a file per core, in row order
 rows = [row for name in files for row in pq.read_table(folder / name).to_pylist()]
 print(json.dumps({"digest": digest(rows), "rows": manifest.rows, "hash": manifest.content_hash,
@@ -225,14 +224,14 @@ def whole_process() -> str:
     """The long-trajectory rows: the upstream path in-process against whole `tracebank transform`
     processes (issue 21), on one warehouse whose silver cache collect built."""
     from tracebank.collect import build_silver
-    from tracebank.warehouse.location import Warehouse
+    from tracebank.warehouse.backends import open_warehouse
 
     from bench.scale_data import build_warehouse
 
     with tempfile.TemporaryDirectory(prefix="tracebank-bench-long-") as tmp:
         root = Path(tmp) / "warehouse"
         built = build_warehouse(root, 0, rollouts=LONG_ROLLOUTS)
-        build_silver(Warehouse.resolve(str(root)))  # what `tracebank collect` does after its commit
+        build_silver(open_warehouse(str(root)))  # what `tracebank collect` does after its commit
         oracle = _child(ORACLE, root)
         warm, warm_cpu = _cli_runs(root, WHOLE_RUNS)
         checked = _child(VERSION_DIGEST, root)

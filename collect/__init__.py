@@ -1,7 +1,7 @@
 """collect: copy rollouts, attempts and spans (0.3) or events (1.0) from an Agent Lightning
 store, server or spool into the warehouse, then derive their silver tables."""
 
-from tracebank.lazy import lazy_exports
+from tracebank.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

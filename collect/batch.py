@@ -23,7 +23,7 @@ from tracebank.warehouse import bronze
 from tracebank.warehouse.contract import LLM_SPAN_NAMES
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, FileEntry
-from tracebank.warehouse.storage import Storage, check_sizes, files_of, read_table
+from tracebank.warehouse.storage import Storage, read_table
 
 #: ``progress(done, total)``: attempts handled so far and the best known total.
 Progress = Callable[[int, int], None]
@@ -52,9 +52,10 @@ def committed_attempts(wh: Warehouse) -> tuple[set[Pair], int]:
     evicted, and how many stored attempts repeat one stored before."""
     done: set[Pair] = set()
     repeats = 0
-    for folder, manifest in Storage(wh).collections():
-        check_sizes(folder, manifest)
-        for path in files_of(folder, manifest, "attempts"):
+    storage = Storage(wh)
+    for folder, manifest in storage.collections():
+        storage.check_sizes(folder, manifest)
+        for path in storage.files_of(folder, manifest, "attempts"):
             table = read_table([path], columns=["rollout_id", "attempt_id"])
             pairs = set(
                 zip(

@@ -26,9 +26,9 @@ from tracebank.collect import silver
 from tracebank.collect.batch import Batch, Progress, committed_attempts
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.sources import Source, as_source
+from tracebank.core.errors import TracebankError
 from tracebank.warehouse.claims import POLL_S, Claim, Owner, release, try_claim, warehouse_claim
 from tracebank.warehouse.contract import SILVER_VERSION
-from tracebank.warehouse.errors import TracebankError
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import SilverManifest
 from tracebank.warehouse.storage import Storage

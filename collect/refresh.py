@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from tracebank.collect.errors import UnknownCollectionError
 from tracebank.collect.silver_workers import build_in_workers, build_one
-from tracebank.warehouse import memory
+from tracebank.core import memory
+from tracebank.core.machine import usable_cores
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.machine import usable_cores
 from tracebank.warehouse.records import SilverManifest
 from tracebank.warehouse.storage import Storage
 

@@ -21,7 +21,7 @@ from tracebank.warehouse.claims import Owner, claimed
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest
 from tracebank.warehouse.schemas import BRONZE
-from tracebank.warehouse.storage import Storage, files_of, read_table
+from tracebank.warehouse.storage import Storage, read_table
 
 Pair = tuple[str, str]
 
@@ -58,8 +58,11 @@ def find_duplicates(wh: Warehouse) -> list[tuple[Path, CollectionManifest, set[P
     """Each collection holding attempts an older collection already holds, with those attempts."""
     seen: set[Pair] = set()
     out = []
-    for folder, manifest in Storage(wh).collections():
-        pairs = set(_pairs(read_table(files_of(folder, manifest, "attempts"), ["rollout_id", "attempt_id"])))
+    storage = Storage(wh)
+    for folder, manifest in storage.collections():
+        pairs = set(
+            _pairs(read_table(storage.files_of(folder, manifest, "attempts"), ["rollout_id", "attempt_id"]))
+        )
         repeated = pairs & seen
         if repeated:
             out.append((folder, manifest, repeated))
@@ -70,7 +73,9 @@ def find_duplicates(wh: Warehouse) -> list[tuple[Path, CollectionManifest, set[P
 def _rewrite(
     storage: Storage, folder: Path, manifest: CollectionManifest, drop: set[Pair], new_id: str
 ) -> str | None:
-    tables = {name: read_table(files_of(folder, manifest, name), schema=BRONZE[name]) for name in BRONZE}
+    tables = {
+        name: read_table(storage.files_of(folder, manifest, name), schema=BRONZE[name]) for name in BRONZE
+    }
     attempts = _keep(tables["attempts"], drop)
     if attempts.num_rows == 0:
         return None

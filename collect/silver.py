@@ -28,8 +28,8 @@ from tracebank.collect import rewards as reward_rules
 from tracebank.collect.agl1_silver import silver_from_events
 from tracebank.collect.errors import UnknownCollectionError
 from tracebank.collect.tokens import MISSING, parse_prompt_lists, parse_token_lists
+from tracebank.core.arrowutil import arrow_ints, repeat_string, string_scalar
 from tracebank.warehouse import schemas
-from tracebank.warehouse.arrowutil import arrow_ints, repeat_string, string_scalar
 from tracebank.warehouse.contract import (
     ANNOTATION_SPAN,
     LITELLM_SPAN,
@@ -39,7 +39,7 @@ from tracebank.warehouse.contract import (
 )
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry, SilverManifest
-from tracebank.warehouse.storage import Storage, files_of, iter_batches, read_table
+from tracebank.warehouse.storage import Storage, iter_batches, read_table
 
 SPAN_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "span_id", "name", "start_time", "attributes"]
 
@@ -197,13 +197,14 @@ ORDER BY span_index, direction, message_index
 def span_files(wh: Warehouse, collection_id: str) -> list[Path]:
     """The committed bronze span files of a collection, in manifest order."""
     folder = wh.collection_dir(collection_id)
-    manifest = Storage(wh).collection(collection_id)
+    storage = Storage(wh)
+    manifest = storage.collection(collection_id)
     if manifest is None:
         raise UnknownCollectionError(
             f"collection {collection_id!r} is not committed in {wh.root}",
             'list them with `tracebank sql "SELECT * FROM collections"`',
         )
-    return files_of(folder, manifest, "spans")
+    return storage.files_of(folder, manifest, "spans")
 
 
 _KEEP_SPANS = (
@@ -394,10 +395,11 @@ def silver_pieces(wh: Warehouse, collection_id: str) -> Iterator[dict[str, pa.Ta
     An Agent Lightning 1.0 collection (events, not spans) is one piece.
     """
     folder = wh.collection_dir(collection_id)
-    manifest = Storage(wh).collection(collection_id)
-    events = files_of(folder, manifest, "events") if manifest is not None else []
+    storage = Storage(wh)
+    manifest = storage.collection(collection_id)
+    events = storage.files_of(folder, manifest, "events") if manifest is not None else []
     if events:
-        rollouts = files_of(folder, manifest, "rollouts") if manifest is not None else []
+        rollouts = storage.files_of(folder, manifest, "rollouts") if manifest is not None else []
         yield silver_from_events(
             read_table(events, schema=schemas.EVENTS),
             read_table(rollouts, ["rollout_id", "input", "mode"]),

@@ -25,8 +25,10 @@ import warnings
 from typing import IO, Any
 
 from tracebank.collect.errors import CollectError
-from tracebank.warehouse import layout, memory
-from tracebank.warehouse.errors import TracebankError
+from tracebank.core import memory
+from tracebank.core.errors import TracebankError
+from tracebank.warehouse import layout
+from tracebank.warehouse.backends import open_warehouse
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import SilverManifest
 
@@ -73,7 +75,7 @@ def _serve(location: str, force: bool) -> None:
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything a library prints goes to stderr, not into the answers
     memory.fix_mmap_threshold()
-    wh = Warehouse.resolve(location)
+    wh = open_warehouse(location)
     for line in sys.stdin:
         pickle.dump(_answer(wh, line.strip(), force), answers)
         answers.flush()

@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tracebank.warehouse.arrowutil import arrow_ints
+from tracebank.core.arrowutil import arrow_ints
 from tracebank.warehouse.schemas import TOKENS
 
 INT32_MAX = 2**31 - 1

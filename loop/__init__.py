@@ -8,7 +8,7 @@ import), ``run_demo``; ``LocalRunners`` runs agentlightning's own runners.
 
 import os
 
-from tracebank.lazy import lazy_exports
+from tracebank.core.lazy import lazy_exports
 
 # LiteLLM (imported with agentlightning) otherwise fetches a price map from the internet at import
 # time and stalls without network.

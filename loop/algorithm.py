@@ -26,14 +26,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.events import IterationStarted, OnEvent
 from tracebank.loop.config import AlgorithmConfig
 from tracebank.loop.errors import LoopUsageError
 from tracebank.loop.result import RoundResult
 from tracebank.loop.round import serve_round
 from tracebank.loop.servers import next_model_path
+from tracebank.warehouse.backends import open_warehouse
 from tracebank.warehouse.location import Warehouse
-
-from tracebank.events import IterationStarted, OnEvent
 
 CLASS_NAMES = ("WarehouseSupervisedFinetuning",)
 
@@ -92,7 +92,7 @@ def _classes() -> dict[str, type]:
             warehouse: the warehouse folder (or a Warehouse).
             initial_model: the model folder the first iteration serves (``models/version_0``).
             config: iterations, where models go, and the settings of each round.
-            on_event: called with typed progress events (tracebank.events).
+            on_event: called with typed progress events (tracebank.core.events).
             close_store: close the store client at the end of ``run`` (when the caller made it
                 for this Algorithm alone; its HTTP sessions belong to ``run``'s event loop).
         """
@@ -106,7 +106,7 @@ def _classes() -> dict[str, type]:
             close_store: bool = False,
         ) -> None:
             super().__init__()
-            self.warehouse = warehouse if isinstance(warehouse, Warehouse) else Warehouse.resolve(warehouse)
+            self.warehouse = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
             self.initial_model = Path(initial_model)
             self.config = (config or AlgorithmConfig()).validate()
             self.on_event = on_event

@@ -8,13 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracebank.core.events import Collected, Event, OnEvent, Trained, TrainingStarted, Transformed
 from tracebank.loop.cancel import run_blocking
 from tracebank.loop.config import RoundConfig
 from tracebank.loop.errors import LoopError, NoSucceededRolloutsError
 from tracebank.loop.servers import next_model_path
 from tracebank.warehouse.location import Warehouse
-
-from tracebank.events import Collected, Event, OnEvent, Trained, TrainingStarted, Transformed
 
 if TYPE_CHECKING:
     from tracebank.loop.result import RoundResult

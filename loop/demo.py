@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracebank.core.events import ModelReady, OnEvent, StoreStarted
 from tracebank.loop.config import AlgorithmConfig, DemoConfig, RoundConfig, ServerConfig, StagesConfig
 from tracebank.loop.local import agl_store
 from tracebank.loop.result import RoundResult
 from tracebank.warehouse.location import Warehouse
-
-from tracebank.events import ModelReady, OnEvent, StoreStarted
 
 if TYPE_CHECKING:
     import pyarrow as pa

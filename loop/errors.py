@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracebank.warehouse.errors import TracebankError, UsageError
+from tracebank.core.errors import TracebankError, UsageError
 
 
 class LoopError(TracebankError):

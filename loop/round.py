@@ -24,6 +24,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.events import (
+    OnEvent,
+    ProxyReady,
+    RolledOut,
+    ServerReady,
+    ServerStarting,
+)
 from tracebank.loop.cancel import run_blocking
 from tracebank.loop.chain import chain
 from tracebank.loop.config import RoundConfig
@@ -32,14 +39,6 @@ from tracebank.loop.result import RoundResult
 from tracebank.loop.servers import check_model_dir, launch, served_name
 from tracebank.loop.store_protocol import check_store, enqueue, settle_spans, wait_for_rollouts
 from tracebank.warehouse.location import Warehouse
-
-from tracebank.events import (
-    OnEvent,
-    ProxyReady,
-    RolledOut,
-    ServerReady,
-    ServerStarting,
-)
 
 
 def _check_proxy(proxy: Any) -> None:

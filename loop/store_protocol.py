@@ -8,10 +8,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tracebank.core.events import OnEvent, RolloutProgress
 from tracebank.loop.config import RoundConfig
 from tracebank.loop.errors import RoundTimeoutError
-
-from tracebank.events import OnEvent, RolloutProgress
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 

@@ -5,7 +5,7 @@ rollout (a :class:`ScoredRollout`) and commits ``rewards/NAME/vN``; ``transform 
 selects with it.
 """
 
-from tracebank.lazy import lazy_exports
+from tracebank.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from tracebank.core.events import OnEvent, RescoreProgress
 from tracebank.rescore.config import RescoreConfig
 from tracebank.rescore.errors import RescoreError
 from tracebank.rescore.inputs import as_plain, collection_rollouts
@@ -31,8 +32,6 @@ from tracebank.warehouse import schemas
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, RewardLayerManifest
 from tracebank.warehouse.storage import Storage, encode_parquet
-
-from tracebank.events import OnEvent, RescoreProgress
 
 #: Records a worker scores per task (progress moves a chunk at a time).
 CHUNK = 64

@@ -12,7 +12,7 @@ from tracebank.rescore.errors import RescoreError
 from tracebank.rescore.record import ScoredRollout
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest
-from tracebank.warehouse.storage import Storage, files_of, read_table
+from tracebank.warehouse.storage import Storage, read_table
 
 MESSAGE_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "direction", "message_index", "role", "content"]
 MESSAGE_COLUMNS += ["tool_calls", "tool_call_id"]
@@ -28,7 +28,7 @@ def _frame(table: Any) -> pl.DataFrame:
 def _bronze(
     wh: Warehouse, cid: str, manifest: CollectionManifest, table: str, columns: list[str]
 ) -> pl.DataFrame:
-    return _frame(read_table(files_of(wh.collection_dir(cid), manifest, table), columns=columns))
+    return _frame(read_table(Storage(wh).files_of(wh.collection_dir(cid), manifest, table), columns=columns))
 
 
 def _message(row: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tracebank.warehouse.storage import Storage
+
 ROOT = Path(__file__).resolve().parents[1]
 #: Seconds the report needs after the last step (writing it, ending children).
 RESERVE_S = 5.0
@@ -768,7 +770,7 @@ def _kill_after_checkpoint(wh: Any, catalog: Any, command: list[str], reference_
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         while proc.poll() is None:
-            for folder, record in catalog.runs(wh):
+            for folder, record in Storage(wh).runs():
                 if folder.name != reference_id and (record.attempts[-1].get("last_checkpoint") or 0) >= 4:
                     for pid in [proc.pid, *_descendants(proc.pid)]:
                         os.kill(pid, signal.SIGKILL)

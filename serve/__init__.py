@@ -5,7 +5,7 @@ functions that need them, so importing this package is cheap. The LLMProxy
 subclass is ``serve.proxy.TracebankLLMProxy`` (built on first access).
 """
 
-from tracebank.lazy import lazy_exports
+from tracebank.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

@@ -730,7 +730,7 @@ def serve(config: CpuServerConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tracebank.warehouse.errors import TracebankError
+    from tracebank.core.errors import TracebankError
 
     try:
         serve(parse_args(argv))

@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cuda", choices=("auto", "yes", "no"), default="auto", help="which vLLM build")
     args = parser.parse_args(argv)
     spec = default_spec(None if args.cuda == "auto" else args.cuda == "yes")
-    from tracebank.warehouse.errors import TracebankError
+    from tracebank.core.errors import TracebankError
 
     try:
         python = find_vllm_python(spec) if args.check else ensure_vllm_env(spec)

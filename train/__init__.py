@@ -5,7 +5,7 @@ CUDA when it is installed, TRL + PEFT everywhere else) in a child process, and r
 the run under ``warehouse/runs/<run_id>/``. `inspect_dataset` shows what a row trains on.
 """
 
-from tracebank.lazy import lazy_exports
+from tracebank.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

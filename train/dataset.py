@@ -18,7 +18,7 @@ from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import DatasetManifest
-from tracebank.warehouse.storage import entry_paths, iter_batches, read_table, verify_hashes
+from tracebank.warehouse.storage import Storage, iter_batches, read_table
 
 MODEL_COLUMNS = ["input_ids", "attention_mask", "labels"]
 
@@ -30,6 +30,7 @@ class DatasetVersion:
     ref: DatasetRef
     folder: Path
     record: DatasetManifest
+    storage: Storage
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -47,7 +48,8 @@ class DatasetVersion:
     def split_files(self) -> dict[str, list[Path]]:
         """Data files per split (``train``, ``validation``...), in manifest order."""
         return {
-            split: entry_paths(self.folder, entries) for split, entries in self.record.split_files().items()
+            split: self.storage.entry_paths(self.folder, entries)
+            for split, entries in self.record.split_files().items()
         }
 
     def split_rows(self) -> dict[str, int]:
@@ -59,7 +61,7 @@ class DatasetVersion:
 def open_version(wh: Warehouse, ref: str | DatasetRef) -> DatasetVersion:
     """Resolve ``NAME[@vN]`` (latest when unversioned) to a committed version with a train split."""
     resolved, folder, manifest = catalog.resolve_dataset(wh, ref)
-    version = DatasetVersion(resolved, folder, manifest)
+    version = DatasetVersion(resolved, folder, manifest, Storage(wh))
     if not version.split_files().get("train"):
         raise TrainError(
             f"dataset {version.label} has no train split", "its manifest lists no file with split 'train'"
@@ -69,7 +71,7 @@ def open_version(wh: Warehouse, ref: str | DatasetRef) -> DatasetVersion:
 
 def verify(version: DatasetVersion) -> None:
     """Check every file's size and sha256 against the manifest (raises CorruptFileError)."""
-    verify_hashes(version.folder, version.record)
+    version.storage.verify_hashes(version.folder, version.record)
 
 
 @dataclass

@@ -12,12 +12,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.text import visible
 from tracebank.train.dataset import open_version
 from tracebank.train.errors import TrainError
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.storage import check_sizes, read_table
-from tracebank.warehouse.text import visible
+from tracebank.warehouse.storage import read_table
 
 DIM, BOLD_GREEN, RESET = "\x1b[2m", "\x1b[1;32m", "\x1b[0m"
 
@@ -90,7 +90,7 @@ def inspect_dataset(
 
     wh.check_format()
     version = open_version(wh, ref)
-    check_sizes(version.folder, version.record)
+    version.storage.check_sizes(version.folder, version.record)
     files = version.split_files()
     if split not in files:
         raise TrainError(

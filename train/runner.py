@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.errors import TracebankError, warn_damage
+from tracebank.core.events import OnEvent, RunChecked, RunFinished, RunStarted
+from tracebank.core.outputs import OutputGuard, create_staging
 from tracebank.train import preflight
 from tracebank.train.checkpoints import checkpoints_dir, complete_checkpoints, last_checkpoint, run_scratch
 from tracebank.train.config import TrainConfig
@@ -39,20 +42,16 @@ from tracebank.train.record import RunRecord, RunWriter, library_versions, new_r
 from tracebank.train.supervisor import ChildRun, child_command
 from tracebank.warehouse import catalog
 from tracebank.warehouse.claims import Claim, Owner, output_claim, release, try_claim
-from tracebank.warehouse.errors import TracebankError, warn_damage
 from tracebank.warehouse.layout import staging_dir
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import OutputGuard, create_staging
 from tracebank.warehouse.replay import defaults_of, replay_train
 from tracebank.warehouse.storage import Storage, settle_run
-
-from tracebank.events import OnEvent, RunChecked, RunFinished, RunStarted
 
 
 def _output_guard(
     wh: Warehouse, output: Path, overwrite: bool, owned: Callable[[Path], bool] = written_by_train
 ) -> OutputGuard:
-    """--output through the one output guard (`warehouse/outputs.py`): never the warehouse, inside
+    """--output through the one output guard (`core/outputs.py`): never the warehouse, inside
     it or above it; never a file; --overwrite replaces only a model folder train wrote (its
     tracebank.json names a run; for a resumed run, that run), and the old folder is removed only
     once the new one is there."""

@@ -42,7 +42,7 @@ def runs_table(wh: Warehouse, status: str | None = None) -> ResultRows:
 def run_details(wh: Warehouse, run_id: str) -> dict[str, Any]:
     """The run record (prefix of the id is enough) with its metric events under ``metrics``."""
     wh.check_format()
-    ids = [folder.name for folder, _ in catalog.runs(wh)]
+    ids = [folder.name for folder, _ in Storage(wh).runs()]
     prefixed = [i for i in ids if i.startswith(run_id)]
     if run_id not in ids and len(prefixed) > 1:
         raise TrainError(

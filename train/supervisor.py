@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.events import Metric, OnEvent, event_from_dict
 from tracebank.train.config import TrainConfig
 from tracebank.train.errors import TrainConfigError, TrainError
 from tracebank.train.record import RunWriter
-
-from tracebank.events import Metric, OnEvent, event_from_dict
 
 KILL_GRACE_S = 5.0
 

@@ -6,7 +6,7 @@
 ``config.kind="preference"`` writes chosen/rejected pairs of same-task rollouts instead.
 """
 
-from tracebank.lazy import lazy_exports
+from tracebank.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracebank.warehouse.errors import NotFoundError, TracebankError, UsageError
+from tracebank.core.errors import NotFoundError, TracebankError, UsageError
 
 
 class TransformError(TracebankError):

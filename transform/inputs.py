@@ -16,16 +16,17 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from tracebank.core import memory
+from tracebank.core.arrowutil import arrow_ints
 from tracebank.transform.compact import TaskCodes
 from tracebank.transform.errors import NoCollectionsError, SilverMissingError, TransformError
 from tracebank.transform.ids import IdNames
 from tracebank.transform.rows import CallTokens
 from tracebank.transform.spill import TokenSpill, concat_spills
-from tracebank.warehouse import memory, schemas
-from tracebank.warehouse.arrowutil import arrow_ints
+from tracebank.warehouse import schemas
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest
-from tracebank.warehouse.storage import Storage, files_of, read_table
+from tracebank.warehouse.storage import Storage, read_table
 
 #: (collection_id, manifest) of each chosen collection, oldest first.
 Chosen = list[tuple[str, CollectionManifest]]
@@ -77,7 +78,7 @@ def choose_collections(wh: Warehouse, wanted: tuple[str, ...]) -> Chosen:
 def _bronze(
     wh: Warehouse, cid: str, manifest: CollectionManifest, table: str, columns: list[str]
 ) -> pa.Table:
-    files = files_of(wh.collection_dir(cid), manifest, table)
+    files = Storage(wh).files_of(wh.collection_dir(cid), manifest, table)
     schema = schemas.BRONZE[table]
     return read_table(files, columns=columns, schema=pa.schema([schema.field(c) for c in columns]))
 

@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from tracebank.core import memory
+from tracebank.core.machine import usable_cores
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.inputs import Chosen, load_inputs, spill_tokens
 from tracebank.transform.recipe import build_recipe
 from tracebank.transform.rows import CallTokens, RowTokens
 from tracebank.transform.version import TransformResult
 from tracebank.transform.writer import OpenSplit, open_split
-from tracebank.warehouse import memory
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.machine import usable_cores
 from tracebank.warehouse.storage import Storage
 
 #: Collections whose token lists are read at once (each reader holds a batch and Arrow's buffers).

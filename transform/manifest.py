@@ -10,8 +10,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import xxhash
+from tracebank.core.arrowutil import numpy_view
 from tracebank.transform.config import TransformConfig
-from tracebank.warehouse.arrowutil import numpy_view
 from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.records import CollectionManifest
 

@@ -33,7 +33,7 @@ from tracebank.transform.writer import whole_split
 from tracebank.warehouse import schemas
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.storage import Storage, files_of, read_table
+from tracebank.warehouse.storage import Storage, read_table
 
 #: The silver columns a pair needs: the SFT path's (triplets' ordering and filtering), the task, the tokens.
 CALL_COLUMNS = [*SFT_CALL_COLUMNS, "data_id", *TOKEN_COLUMNS]
@@ -61,9 +61,9 @@ def load_calls(wh: Warehouse, chosen: Chosen) -> tuple[pl.DataFrame, pl.DataFram
         calls.append(_with_order(storage.silver_table(cid, "llm_calls", CALL_COLUMNS), order))
         rewards.append(_with_order(storage.silver_table(cid, "rewards", REWARD_COLUMNS), order))
         folder = wh.collection_dir(cid)
-        attempts.append(_frame(read_table(files_of(folder, manifest, "attempts"))))
+        attempts.append(_frame(read_table(storage.files_of(folder, manifest, "attempts"))))
         inputs.append(
-            _frame(read_table(files_of(folder, manifest, "rollouts")).select(["rollout_id", "input"]))
+            _frame(read_table(storage.files_of(folder, manifest, "rollouts")).select(["rollout_id", "input"]))
         )
     counts = CallCounts()
     attempt_frame = pl.concat([a.select("rollout_id", "attempt_id", "sequence_id") for a in attempts])

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tracebank.transform.config import TransformConfig
-from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, DatasetManifest
+from tracebank.warehouse.storage import Storage
 
 PREFIX = "tracebank."
 
@@ -44,7 +44,7 @@ def metadata_fields(fields: dict[str, Any]) -> dict[bytes, bytes]:
 
 def identical_version(wh: Warehouse, name: str, content_hash: str) -> tuple[Path, DatasetManifest] | None:
     """The newest committed version of ``name`` with this content hash, if there is one."""
-    for folder, manifest in reversed(catalog.dataset_versions(wh, name)):
+    for folder, manifest in reversed(Storage(wh).dataset_versions(name)):
         if manifest.content_hash == content_hash:
             return folder, manifest
     return None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from tracebank.core import memory
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.transform.inputs import Chosen, Inputs
@@ -27,7 +28,6 @@ from tracebank.transform.select import rollout_scores, select_rows
 from tracebank.transform.triplets import CallCounts, rewarded_calls
 from tracebank.transform.version import Planned, TransformResult, commit_version
 from tracebank.transform.writer import OpenSplit
-from tracebank.warehouse import memory
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import Storage
 

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from tracebank.core.arrowutil import arrow_ints, numpy_view
 from tracebank.transform.errors import TransformError
-from tracebank.warehouse.arrowutil import arrow_ints, numpy_view
 from tracebank.warehouse.contract import IGNORE_INDEX
 
 _MAX_OFFSET = 2**31 - 1

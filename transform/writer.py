@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from tracebank.core import memory
+from tracebank.core.arrowutil import narrow_strings
+from tracebank.core.machine import usable_cores
 from tracebank.transform.manifest import RowsDigest, rows_digest
 from tracebank.transform.provenance import metadata_fields
 from tracebank.transform.rows import PieceBuffers, RowTokens
-from tracebank.warehouse import memory, schemas
-from tracebank.warehouse.arrowutil import narrow_strings
-from tracebank.warehouse.machine import usable_cores
+from tracebank.warehouse import schemas
 from tracebank.warehouse.records import FileEntry
 from tracebank.warehouse.storage import ParquetStream, Storage, encode_parquet
 

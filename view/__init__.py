@@ -5,7 +5,7 @@
 ``export(wh, ExportConfig(...))`` writes a dataset version in chat formats trainers take.
 """
 
-from tracebank.lazy import lazy_exports
+from tracebank.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

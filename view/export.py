@@ -25,6 +25,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+from tracebank.core.outputs import OutputGuard
 from tracebank.view.config import EXPORT_FORMATS, PREFERENCE_FORMATS, ExportConfig
 from tracebank.view.conversation import (
     BATCH_ROWS,
@@ -43,7 +44,6 @@ from tracebank.view.tokenizer import load_tokenizer, local_model_dir
 from tracebank.warehouse import finite
 from tracebank.warehouse.contract import IGNORE_INDEX
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import OutputGuard
 from tracebank.warehouse.query import connect
 
 

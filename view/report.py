@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracebank.core.outputs import OutputGuard
 from tracebank.view.config import ReportConfig
 from tracebank.view.report_data import gather
 from tracebank.view.report_html import page
 from tracebank.view.tables import READ
 from tracebank.view.tokenizer import load_tokenizer
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import OutputGuard
 from tracebank.warehouse.query import connect
 
 

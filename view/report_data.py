@@ -17,6 +17,7 @@ from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.contract import IGNORE_INDEX, RAW_LLM_SPAN
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
 
 #: Manifest counts that say why a call or row did not become a training row.
 DROP_KEYS = (
@@ -55,7 +56,7 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = N
 def _versions(wh: Warehouse, wanted: tuple[str, ...]) -> list[tuple[Path, dict[str, Any]]]:
     """The covered versions' manifests in their JSON form (every version when none are named)."""
     if not wanted:
-        return [(folder, m.to_json()) for folder, m in catalog.dataset_versions(wh)]
+        return [(folder, m.to_json()) for folder, m in Storage(wh).dataset_versions()]
     out = []
     for ref in wanted:
         _, folder, manifest = catalog.resolve_dataset(wh, DatasetRef.parse(ref))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import duckdb
+from tracebank.core.text import visible
 from tracebank.view.config import ShowConfig
 from tracebank.view.conversation import iter_rows, load_conversation, ranked_rollouts, version_rows
 from tracebank.view.errors import NothingToShowError
@@ -12,12 +13,11 @@ from tracebank.view.text import conversation_text, dataset_row_text
 from tracebank.view.tokenizer import load_tokenizer
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import connect
-from tracebank.warehouse.text import visible
 
 
 def show(wh: Warehouse, config: ShowConfig) -> str:
     """The text `tracebank show` prints for ``config``, control characters of the traces made
-    visible (:func:`tracebank.warehouse.text.visible`)."""
+    visible (:func:`tracebank.core.text.visible`)."""
     return visible(_show(wh, config))
 
 

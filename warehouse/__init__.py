@@ -1,6 +1,6 @@
 """The warehouse: the folder (or bucket) every stage reads and writes, its typed records and its SQL views."""
 
-from tracebank.lazy import lazy_exports
+from tracebank.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
@@ -10,7 +10,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "resolve_dataset",
             "resolve_run",
         ),
-        "tracebank.warehouse.errors": (
+        "tracebank.core.errors": (
             "CorruptFileError",
             "NotFoundError",
             "QueryError",

@@ -12,7 +12,7 @@ interface; every key is a path relative to the warehouse root with ``/`` separat
 - :class:`~tracebank.warehouse.mirror.MirrorStore` wraps a :class:`RemoteStore` (S3, see
   :mod:`tracebank.warehouse.s3store`) with this machine's folder of verified copies.
 
-:func:`tracebank.warehouse.location.open_store` is the one place that tells them apart.
+:func:`tracebank.warehouse.backends.open_store` is the one place that tells them apart.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from tracebank.core.errors import CorruptFileError, UsageError, WarehouseError
 from tracebank.warehouse import atomic
-from tracebank.warehouse.errors import CorruptFileError, UsageError, WarehouseError
 
 
 @dataclass(frozen=True)

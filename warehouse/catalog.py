@@ -10,16 +10,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracebank.core.errors import NotFoundError, UsageError
 from tracebank.warehouse import layout
-from tracebank.warehouse.errors import NotFoundError, UsageError
 from tracebank.warehouse.layout import validate_name
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import (
-    CollectionManifest,
     DatasetManifest,
     RewardLayerManifest,
     RunRecord,
-    SilverManifest,
 )
 from tracebank.warehouse.storage import Storage
 
@@ -52,36 +50,13 @@ def version_number(folder: Path) -> int:
     return layout.version_number(folder.name) or 0
 
 
-def collections(wh: Warehouse) -> list[tuple[Path, CollectionManifest]]:
-    """Committed collections, oldest first (ids sort by time)."""
-    return Storage(wh).collections()
-
-
-def silver_caches(wh: Warehouse) -> list[tuple[Path, SilverManifest]]:
-    """Committed silver caches, one per collection they were derived from."""
-    return Storage(wh).silver_caches()
-
-
-def dataset_names(wh: Warehouse) -> list[str]:
-    return Storage(wh).dataset_names()
-
-
-def dataset_versions(wh: Warehouse, name: str | None = None) -> list[tuple[Path, DatasetManifest]]:
-    """Committed dataset versions (of ``name``, or of every dataset), by name then version."""
-    return Storage(wh).dataset_versions(name)
-
-
-def next_version(wh: Warehouse, name: str) -> int:
-    """The next free version number of ``name`` (uncommitted folders count as taken)."""
-    return Storage(wh).next_version(name)
-
-
 def resolve_dataset(wh: Warehouse, ref: DatasetRef | str) -> tuple[DatasetRef, Path, DatasetManifest]:
     """The committed version ``ref`` names (latest when unversioned), with folder and manifest."""
     ref = DatasetRef.parse(ref) if isinstance(ref, str) else ref
-    versions = dataset_versions(wh, ref.name)
+    storage = Storage(wh)
+    versions = storage.dataset_versions(ref.name)
     if not versions:
-        known = ", ".join(dataset_names(wh)) or "none yet"
+        known = ", ".join(storage.dataset_names()) or "none yet"
         raise NotFoundError(
             f"no dataset named {ref.name!r} in {wh.root}",
             f"known datasets: {known}; build one with `tracebank transform --dataset {ref.name}`",
@@ -116,16 +91,12 @@ def resolve_reward_layer(wh: Warehouse, ref: str) -> tuple[str, Path, RewardLaye
     raise NotFoundError(f"reward layer {name}@v{wanted} does not exist", f"{name} has versions {have}")
 
 
-def runs(wh: Warehouse) -> list[tuple[Path, RunRecord]]:
-    """Every run record, oldest first; a run is visible from its start."""
-    return Storage(wh).runs()
-
-
 def resolve_run(wh: Warehouse, run_id: str) -> tuple[Path, RunRecord]:
-    for folder, record in runs(wh):
+    runs = Storage(wh).runs()
+    for folder, record in runs:
         if folder.name == run_id:
             return folder, record
-    matches = [(f, r) for f, r in runs(wh) if f.name.startswith(run_id)]
+    matches = [(f, r) for f, r in runs if f.name.startswith(run_id)]
     if len(matches) == 1:
         return matches[0]
     raise NotFoundError(f"no run {run_id!r} in {wh.root}", "see `tracebank runs list`")

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.errors import WarehouseError
 from tracebank.warehouse import layout
 from tracebank.warehouse.bytestore import ByteStore, RemoteStore
-from tracebank.warehouse.errors import WarehouseError
 from tracebank.warehouse.location import Warehouse
 
 POLL_S = 0.2

@@ -21,11 +21,11 @@ import shutil
 import time
 from typing import Any
 
+from tracebank.core.errors import WarehouseError
 from tracebank.warehouse import finite, layout
 from tracebank.warehouse.atomic import json_bytes
 from tracebank.warehouse.bytestore import ByteStore
 from tracebank.warehouse.claims import Owner
-from tracebank.warehouse.errors import WarehouseError
 from tracebank.warehouse.records import Manifest
 
 

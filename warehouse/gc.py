@@ -8,7 +8,7 @@ writer killed at any point can leave, and what gc does about it:
   older than ``min_age_s`` too);
 - beside a run's ``--output``, its staging model (``.<name>.tmp-<run_id>``, half-saved) and the
   model it was replacing (``.<name>.old-<run_id>``): removed only when the marker inside names
-  the run (:mod:`tracebank.warehouse.outputs` writes it; the record's ``output_dir``, which anyone
+  the run (:mod:`tracebank.core.outputs` writes it; the record's ``output_dir``, which anyone
   with write access to the warehouse can plant, only says where to look), the process that made
   it is seen gone on this host, the run is not running, and the folder is older than ``min_age_s``;
 - files a committed folder's manifest does not list (commit temp files, the files of a replaced
@@ -33,13 +33,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracebank.core.errors import CorruptFileError, UsageError
+from tracebank.core.outputs import aside_name, leftover_of
 from tracebank.warehouse import layout
 from tracebank.warehouse.bytestore import StoredFile, no_link_between
 from tracebank.warehouse.claims import Claim, Owner
-from tracebank.warehouse.errors import CorruptFileError, UsageError
 from tracebank.warehouse.layout import DEFAULT_MIN_AGE_S, CommitFolder
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import aside_name, leftover_of
 from tracebank.warehouse.storage import MANIFEST_KINDS, Storage, parse_manifest, settle_run
 
 

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracebank.warehouse.errors import UsageError
+from tracebank.core.errors import UsageError
 
 FORMAT_NAME = "tracebank-warehouse"
 FORMAT_VERSION = 1

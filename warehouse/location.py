@@ -1,6 +1,7 @@
 """Where a warehouse is: the store that holds it and the local folder this machine works in.
 
-:func:`open_store` is the one place that tells an ``s3://`` location from a folder. A
+Choosing the store (a folder, or a bucket through its mirror) is :mod:`tracebank.warehouse.backends`'
+job, above the commit protocol; this handle only carries the one it was given. A
 :class:`Warehouse` names every path inside its working folder (names from
 :mod:`tracebank.warehouse.layout`) and carries its :class:`~tracebank.warehouse.bytestore.ByteStore`:
 the folder itself for a local warehouse, a mirror of the bucket for one on object storage.
@@ -9,49 +10,13 @@ the folder itself for a local warehouse, a mirror of the bucket for one on objec
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
 
+from tracebank.core.errors import WarehouseError
 from tracebank.warehouse import layout
 from tracebank.warehouse.atomic import json_bytes, write_bytes_atomic
 from tracebank.warehouse.bytestore import ByteStore, LocalStore, refuse_linked_folders
-from tracebank.warehouse.errors import UsageError, WarehouseError
-from tracebank.warehouse.mirror import MirrorStore
-from tracebank.warehouse.s3store import S3Store
-
-
-def open_store(location: str | os.PathLike[str]) -> ByteStore:
-    """The store of ``--warehouse``: ``s3://bucket[/prefix]`` (through this machine's mirror) or a folder."""
-    text = str(location)
-    if "://" not in text:
-        return LocalStore(Path(text).expanduser().resolve())
-    parsed = urlparse(text)
-    if parsed.scheme == "file":
-        return LocalStore(Path(parsed.path).resolve())
-    if parsed.scheme in ("s3", "s3a"):
-        if len(parsed.netloc) < 3:
-            raise UsageError(f"invalid S3 warehouse {text!r}", "use s3://BUCKET/PREFIX")
-        remote = S3Store(parsed.netloc, parsed.path.strip("/"))
-        return MirrorStore(remote, layout.mirror_folder(remote.uri))
-    raise WarehouseError(
-        f"no object store for {parsed.scheme}:// warehouses yet",
-        "use a local folder or s3://BUCKET/PREFIX (S3-compatible stores via AWS_ENDPOINT_URL_S3)",
-    )
-
-
-#: The stores of the warehouses this process opened, by working folder: how a reader handed
-#: only a committed folder's path finds the store that can fetch its files.
-_OPEN: dict[Path, ByteStore] = {}
-
-
-def store_of(path: Path) -> tuple[ByteStore, str]:
-    """The store holding the local file ``path`` and its key there."""
-    for root, store in _OPEN.items():
-        if path.is_relative_to(root):
-            return store, path.relative_to(root).as_posix()
-    return LocalStore(path.parent), path.name
 
 
 @dataclass(frozen=True)
@@ -59,18 +24,15 @@ class Warehouse:
     """A warehouse: its store and the paths of its working folder (``root``)."""
 
     root: Path
+    """The working folder on this machine: the warehouse itself, or the mirror of a bucket."""
     store: ByteStore = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    """Where the bytes are: the folder itself, or a bucket (choosing one is ``backends``')."""
+    published: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
+    """When each growing file (a run's metrics) last went up to the store, by key."""
 
     def __post_init__(self) -> None:
         if self.store is None:
             object.__setattr__(self, "store", LocalStore(self.root))
-        _OPEN[self.root] = self.store
-
-    @classmethod
-    def resolve(cls, path: str | os.PathLike[str] | None = None) -> Warehouse:
-        """``path``, else ``$TRACEBANK_WAREHOUSE``, else ``./warehouse``; ``s3://...`` is remote."""
-        store = open_store(str(path or os.environ.get(layout.ENV_VAR) or "warehouse"))
-        return cls(store.root, store)
 
     @property
     def location(self) -> str:

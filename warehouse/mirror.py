@@ -27,9 +27,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracebank.core.errors import CorruptFileError
 from tracebank.warehouse import atomic
 from tracebank.warehouse.bytestore import RemoteStore, StoredFile, check_key, committed_file
-from tracebank.warehouse.errors import CorruptFileError
 
 #: The mirror's own bookkeeping, beside the warehouse's folders.
 BOOKKEEPING = ".mirror"

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
+from tracebank.core.errors import CorruptFileError, QueryError, TracebankError, warn_damage
 from tracebank.warehouse import catalog, columns
 from tracebank.warehouse.columns import Columns
 from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.ducktables import create_table, typed_column
-from tracebank.warehouse.errors import CorruptFileError, QueryError, TracebankError, warn_damage
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry, Manifest
-from tracebank.warehouse.storage import Storage, entry_paths
+from tracebank.warehouse.storage import Storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -127,6 +127,7 @@ def _view_over_columns(
 
 
 def _files_by_table(
+    storage: Storage,
     entries: Sequence[tuple[Path, Manifest]],
     check: bool,
     damaged: dict[str, list[str]],
@@ -141,7 +142,7 @@ def _files_by_table(
             table = entry.table or ""
             if only is not None and table not in only:
                 continue
-            problem = _file_problem(folder, entry, check)
+            problem = _file_problem(storage, folder, entry, check)
             if problem is not None:
                 damaged.setdefault(table, []).append(problem)
                 continue
@@ -149,13 +150,13 @@ def _files_by_table(
     return out
 
 
-def _file_problem(folder: Path, entry: FileEntry, check: bool) -> str | None:
+def _file_problem(storage: Storage, folder: Path, entry: FileEntry, check: bool) -> str | None:
     """Why a committed file cannot be read (it is gone, its size is not its manifest's, a
     mirror could not fetch it), or None; without ``check`` nothing is looked at."""
     if not check:
         return None
     try:
-        entry_paths(folder, [entry])
+        storage.entry_paths(folder, [entry])
     except CorruptFileError as exc:
         return exc.message
     return None
@@ -225,7 +226,7 @@ _VERSIONED = (
 def _versions_of(wh: Warehouse, spec: _VersionedTable) -> list[tuple[str, Path, Manifest]]:
     if spec.label == "layer":
         return [(m.name, folder, m) for folder, m in Storage(wh).reward_layers()]
-    return [(m.name, folder, m) for folder, m in catalog.dataset_versions(wh)]
+    return [(m.name, folder, m) for folder, m in Storage(wh).dataset_versions()]
 
 
 def _versioned_view(
@@ -236,11 +237,12 @@ def _versioned_view(
     if "split" in dict(spec.empty):
         keys["split"] = []
     problems: list[str] = []
+    storage = Storage(wh)
     for name, folder, manifest in _versions_of(wh, spec):
         for entry in manifest.files:
             if (entry.table or "dataset_rows") != spec.table:
                 continue
-            problem = _file_problem(folder, entry, check)
+            problem = _file_problem(storage, folder, entry, check)
             if problem is not None:
                 problems.append(problem)
             keys["filename"].append(str(folder / entry.path))
@@ -358,13 +360,14 @@ def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> 
     _limit_resources(con, wh)
     con.execute(f"CREATE SCHEMA {INTERNAL}")
     damaged: dict[str, list[str]] = {}
-    collections = catalog.collections(wh)
-    bronze = _files_by_table(collections, check, damaged, only)
+    storage = Storage(wh)
+    collections = storage.collections()
+    bronze = _files_by_table(storage, collections, check, damaged, only)
     # Silver of a collection whose manifest is gone is not shown: its bronze no longer exists.
     collection_ids = {folder.name for folder, _ in collections}
-    caches = [(folder, m) for folder, m in catalog.silver_caches(wh) if folder.name in collection_ids]
+    caches = [(folder, m) for folder, m in storage.silver_caches() if folder.name in collection_ids]
     _warn_missing_silver(collection_ids, caches, only)
-    silver = _files_by_table(caches, check, damaged, only)
+    silver = _files_by_table(storage, caches, check, damaged, only)
     for name, cols in (*columns.BRONZE.items(), *columns.SILVER.items()):
         if name in damaged:
             _damaged_view(con, name, cols, damaged[name])
@@ -377,8 +380,8 @@ def connect(wh: Warehouse, check: bool = True, only: set[str] | None = None) -> 
         else:
             _view_over_columns(con, spec.view, spec.empty)
     _catalog_view(con, "collections", [m.to_json() for _, m in collections], COLLECTION_KEYS)
-    _catalog_view(con, "datasets", [m.to_json() for _, m in catalog.dataset_versions(wh)], DATASET_KEYS)
-    _catalog_view(con, "runs", [r.to_json() for _, r in catalog.runs(wh)], RUN_KEYS)
+    _catalog_view(con, "datasets", [m.to_json() for _, m in Storage(wh).dataset_versions()], DATASET_KEYS)
+    _catalog_view(con, "runs", [r.to_json() for _, r in Storage(wh).runs()], RUN_KEYS)
     _run_metrics_view(con, wh)
     con.execute(ROLLOUT_REWARDS_SQL)
     readable = [str(p) for files in (*bronze.values(), *silver.values()) for p in files] + gold

@@ -20,8 +20,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, Union
 
+from tracebank.core.errors import CorruptFileError
 from tracebank.warehouse import finite
-from tracebank.warehouse.errors import CorruptFileError
 
 R = TypeVar("R", bound="Record")
 #: What a committed file may be called: one name, no separator, no NUL, not hidden.

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from tracebank.core.errors import UsageError, WarehouseError
 from tracebank.warehouse.bytestore import StoredFile, check_key, sha256_stream
-from tracebank.warehouse.errors import UsageError, WarehouseError
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
+from tracebank.core.errors import CorruptFileError, WarehouseError, warn_damage
 from tracebank.warehouse import commit, finite, layout
 from tracebank.warehouse.atomic import atomic_path, sha256_file
 from tracebank.warehouse.bytestore import ByteStore
 from tracebank.warehouse.claims import Owner
 from tracebank.warehouse.contract import SILVER_VERSION
-from tracebank.warehouse.errors import CorruptFileError, WarehouseError, warn_damage
-from tracebank.warehouse.location import Warehouse, store_of
+from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import (
     CollectionManifest,
     DatasetManifest,
@@ -49,18 +49,12 @@ M = TypeVar("M", bound=Manifest)
 
 __all__ = [
     "Storage",
-    "check_sizes",
-    "entry_paths",
-    "files_of",
     "iter_batches",
-    "read_manifest",
     "read_table",
-    "verify_hashes",
 ]
 
 #: How often a running run's metrics go up to a remote store (each upload is the whole file).
 METRICS_PUSH_S = 5.0
-_last_push: dict[Path, float] = {}
 
 
 def parse_manifest(store: ByteStore, folder: str, kind: type[M]) -> M | None:
@@ -72,12 +66,6 @@ def parse_manifest(store: ByteStore, folder: str, kind: type[M]) -> M | None:
     except ValueError as exc:
         raise CorruptFileError(f"{where} is not valid JSON: {exc}") from exc
     return None if data is None else kind.from_json(data, where)
-
-
-def read_manifest(folder: Path, kind: type[M]) -> M | None:
-    """The committed, validated manifest of the local folder ``folder``; None when never committed."""
-    store, key = store_of(folder)
-    return parse_manifest(store, key, kind)
 
 
 PROCESS_GONE = "process gone"
@@ -94,33 +82,6 @@ def settle_run(record: RunRecord) -> RunRecord:
         return record
     gone = f"{PROCESS_GONE}: pid {owner.pid} on {owner.host} ended without finishing the run"
     return dataclasses.replace(record, status="failed", error=gone)
-
-
-def files_of(folder: Path, manifest: Manifest, table: str | None = None) -> list[Path]:
-    """Paths of the files ``manifest`` lists (of ``table`` only, when given), in commit order."""
-    return entry_paths(folder, manifest.files_of(table))
-
-
-def entry_paths(folder: Path, entries: list[FileEntry]) -> list[Path]:
-    """Local paths of the committed files ``entries`` of ``folder``, each present with its
-    recorded size (a mirror downloads, and checks, the ones this machine has not read before)."""
-    store, key = store_of(folder)
-    return [store.fetch(f"{key}/{e.path}", e.bytes, e.sha256) for e in entries]
-
-
-def check_sizes(folder: Path, manifest: Manifest) -> None:
-    """Cheap integrity check: every listed file exists with the recorded size."""
-    entry_paths(folder, manifest.files)
-
-
-def verify_hashes(folder: Path, manifest: Manifest) -> None:
-    """Full integrity check: sizes, then the sha256 of every listed file."""
-    for path, entry in zip(entry_paths(folder, manifest.files), manifest.files, strict=True):
-        if sha256_file(path) != entry.sha256:
-            raise CorruptFileError(
-                f"committed file {path} does not match its sha256 in the manifest",
-                "the file was altered after commit; rebuild it",
-            )
 
 
 #: The manifest that commits each kind of folder (:func:`tracebank.warehouse.layout.commit_folder_of`).
@@ -256,6 +217,34 @@ class Storage:
     def store(self) -> ByteStore:
         return self.wh.store
 
+    # -- the files of committed folders ------------------------------------------------------
+    def read_manifest(self, folder: Path, kind: type[M]) -> M | None:
+        """The committed, validated manifest of ``folder``; None when never committed."""
+        return parse_manifest(self.store, self.wh.key(folder), kind)
+
+    def files_of(self, folder: Path, manifest: Manifest, table: str | None = None) -> list[Path]:
+        """Paths of the files ``manifest`` lists (of ``table`` only, when given), in commit order."""
+        return self.entry_paths(folder, manifest.files_of(table))
+
+    def entry_paths(self, folder: Path, entries: list[FileEntry]) -> list[Path]:
+        """Local paths of the committed files ``entries`` of ``folder``, each present with its
+        recorded size (a mirror downloads, and checks, the ones this machine has not read before)."""
+        key = self.wh.key(folder)
+        return [self.store.fetch(f"{key}/{e.path}", e.bytes, e.sha256) for e in entries]
+
+    def check_sizes(self, folder: Path, manifest: Manifest) -> None:
+        """Cheap integrity check: every listed file exists with the recorded size."""
+        self.entry_paths(folder, manifest.files)
+
+    def verify_hashes(self, folder: Path, manifest: Manifest) -> None:
+        """Full integrity check: sizes, then the sha256 of every listed file."""
+        for path, entry in zip(self.entry_paths(folder, manifest.files), manifest.files, strict=True):
+            if sha256_file(path) != entry.sha256:
+                raise CorruptFileError(
+                    f"committed file {path} does not match its sha256 in the manifest",
+                    "the file was altered after commit; rebuild it",
+                )
+
     # -- reading ---------------------------------------------------------------------------
     def _committed_under(self, parent: str, kind: type[M]) -> list[tuple[Path, M]]:
         """The committed folders directly under the key ``parent``, by name."""
@@ -301,7 +290,7 @@ class Storage:
         manifest = self.current_silver(collection_id)
         if manifest is None:
             raise WarehouseError(f"silver cache of {collection_id} is missing or stale")
-        return files_of(self.wh.silver_collection_dir(collection_id), manifest, table)
+        return self.files_of(self.wh.silver_collection_dir(collection_id), manifest, table)
 
     def silver_batches(self, collection_id: str, table: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
         """One table of a current silver cache, a few hundred rows at a time (memory: a batch)."""
@@ -353,7 +342,7 @@ class Storage:
         """The scores a committed reward layer holds."""
         from tracebank.warehouse import schemas
 
-        return read_table(files_of(folder, manifest), schema=schemas.REWARD_SCORES)
+        return read_table(self.files_of(folder, manifest), schema=schemas.REWARD_SCORES)
 
     def run_ids(self) -> list[str]:
         """The ids of every run with a record, oldest first (ids sort by time)."""
@@ -555,19 +544,18 @@ class Storage:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(finite.json_line(event, sort_keys=True) + "\n")
             fh.flush()
-        if _push_due(path):
+        if self._push_due(key):
             self.store.publish(key)
+
+    def _push_due(self, key: str) -> bool:
+        """Whether ``key`` was last published over METRICS_PUSH_S ago (the run record's updates
+        publish it too, so nothing is left behind when a run ends)."""
+        now = time.monotonic()
+        if now - self.wh.published.get(key, 0.0) < METRICS_PUSH_S:
+            return False
+        self.wh.published[key] = now
+        return True
 
 
 def _record_bytes(record: RunRecord) -> bytes:
     return commit.record_bytes(record.to_json(), f"run record {record.run_id}")
-
-
-def _push_due(path: Path) -> bool:
-    """Whether ``path`` was last published over METRICS_PUSH_S ago (the run record's updates
-    publish it too, so nothing is left behind when a run ends)."""
-    now = time.monotonic()
-    if now - _last_push.get(path, 0.0) < METRICS_PUSH_S:
-        return False
-    _last_push[path] = now
-    return True

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tracebank.core.errors import CorruptFileError
 from tracebank.warehouse import layout
 from tracebank.warehouse.bytestore import ByteStore
-from tracebank.warehouse.errors import CorruptFileError
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry, Manifest
 from tracebank.warehouse.storage import MANIFEST_KINDS, Storage, parse_manifest

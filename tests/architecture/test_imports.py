@@ -10,8 +10,14 @@ ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("collect", "transform", "train", "serve", "view", "rescore")
 ORCHESTRATORS = ("loop", "cli")
 # Folder in the repository -> the package it installs as.
-FOLDERS = {"warehouse": "warehouse", **{s: s for s in STAGES}, "loop": "loop", "cli": "tracebank/cli"}
-PACKAGES = ("warehouse", *STAGES, *ORCHESTRATORS)
+FOLDERS = {
+    "core": "core",
+    "warehouse": "warehouse",
+    **{s: s for s in STAGES},
+    "loop": "loop",
+    "cli": "tracebank/cli",
+}
+PACKAGES = ("core", "warehouse", *STAGES, *ORCHESTRATORS)
 HEAVY = ("torch", "transformers", "trl", "peft", "unsloth", "vllm", "agentlightning", "datasets", "litellm")
 CODE_FOLDERS = (*FOLDERS.values(), "tracebank", "tests", "bench", "scripts")
 
@@ -48,7 +54,7 @@ def test_every_package_folder_is_installed_under_the_namespace():
     """pyproject maps each folder into `tracebank.` and lists every sub-package."""
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapping, listed = tool["package-dir"], set(tool["packages"])
-    for folder in ("warehouse", *STAGES, "loop"):
+    for folder in ("core", "warehouse", *STAGES, "loop"):
         assert mapping[f"tracebank.{folder}"] == folder
         for init in (ROOT / folder).rglob("__init__.py"):
             sub = init.parent.relative_to(ROOT / folder).parts
@@ -183,8 +189,8 @@ def test_data_io_outside_the_warehouse_is_detected(tmp_path):
 # -- no import circles anywhere; layers inside warehouse/ -------------------------------------------
 #: warehouse/'s modules, lowest layer first: a module imports only modules of lower layers.
 WAREHOUSE_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "contract", "memory", "machine", "arrowutil", "columns", "text", "finite", "replay"),
-    ("schemas", "ducktables", "records", "layout", "outputs"),
+    ("contract", "columns", "finite", "replay"),
+    ("schemas", "ducktables", "records", "layout"),
     ("bronze", "atomic"),
     ("bytestore",),
     ("s3store", "mirror"),
@@ -192,6 +198,9 @@ WAREHOUSE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("claims",),
     ("commit",),
     ("storage",),
+    # Choosing a backend (a folder, or a bucket through its mirror) sits above the commit protocol:
+    # committing and reading use the store they were handed, never pick one.
+    ("backends",),
     ("catalog", "gc", "verify"),
     ("query",),
     ("listings",),
@@ -229,7 +238,7 @@ def import_graph(files: list[Path], root: Path = ROOT) -> dict[str, set[str]]:
 
 
 def _is_lazy_exports(node: ast.AST) -> bool:
-    """A package's table of lazily loaded exports (``tracebank.lazy``): its modules are imports."""
+    """A package's table of lazily loaded exports (``tracebank.core.lazy``): its modules are imports."""
     return (
         isinstance(node, ast.Call)
         and getattr(node.func, "id", None) == "lazy_exports"
@@ -323,9 +332,30 @@ def test_the_circle_and_layer_checks_can_fail(tmp_path):
     ]
 
 
-def test_progress_events_are_a_neutral_module():
-    """Every layer may import tracebank.events, so it imports no tracebank package itself."""
-    assert [mod for mod, _ in _imports(ROOT / "tracebank" / "events.py") if mod.startswith("tracebank")] == []
+def test_core_imports_nothing_above_it():
+    """Every layer may import tracebank.core (errors, events, text, the output guard...), so it
+    imports no other tracebank package: no stage ever reaches the CLI's package through it."""
+    bad = [
+        f"{path.relative_to(ROOT)} imports {mod}"
+        for path in _py_files("core")
+        for mod, _ in _imports(path)
+        if mod.startswith("tracebank") and not mod.startswith("tracebank.core")
+    ]
+    assert bad == []
+
+
+def test_nothing_below_the_api_imports_the_top_level_package():
+    """``tracebank`` itself (the API and the CLI) sits above every stage: no stage, nor the
+    warehouse or core, imports ``tracebank.cli``, ``tracebank.api`` or names from ``tracebank``."""
+    below = ("core", "warehouse", *STAGES, "loop")
+    bad = [
+        f"{path.relative_to(ROOT)} imports {mod}"
+        for package in below
+        for path in _py_files(package)
+        for mod, _ in _imports(path)
+        if mod == "tracebank" or mod.startswith(("tracebank.cli", "tracebank.api"))
+    ]
+    assert bad == []
 
 
 LAZY_START_FORBIDDEN = ("polars", "duckdb", "pyarrow", "numpy", "torch", "transformers", "ray", "boto3")
@@ -351,7 +381,7 @@ def test_the_import_graph_counts_lazy_exports(tmp_path):
     pkg = tmp_path / "warehouse"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
-        "from tracebank.lazy import lazy_exports\n"
+        "from tracebank.core.lazy import lazy_exports\n"
         "__getattr__, __dir__, __all__ = lazy_exports(__name__, {'tracebank.warehouse.low': ('f',)})\n"
     )
     (pkg / "low.py").write_text("from tracebank.warehouse import f\n")

@@ -6,7 +6,8 @@ import io
 import itertools
 import re
 
-from tracebank import events as ev
+from tracebank.core import events as ev
+
 from tracebank.cli.progress import Progress
 
 ROUND = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from tracebank.warehouse.errors import UsageError
+from tracebank.core.errors import UsageError
 
 from tracebank.cli.sql_input import parse_params, read_statement
 

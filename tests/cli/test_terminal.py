@@ -19,11 +19,11 @@ import sys
 import termios
 
 import pytest
-from tracebank.warehouse.text import visible
+from tracebank.core import events as ev
+from tracebank.core.text import visible
 
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import Call, call_spans, plain_span, reward_span
-from tracebank import events as ev
 from tracebank.cli.progress import Progress
 
 HOSTILE = (

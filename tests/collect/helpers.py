@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tracebank.warehouse.storage import Storage
+
 from tests.fixtures.fill import add_rollout
 from tests.fixtures.proxy_spans import random_rollout_spans
 
@@ -194,8 +196,11 @@ def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.
 
 def stored_span_rows(wh: Any) -> list[dict[str, Any]]:
     """The committed span rows exactly as stored (epoch floats; the SQL views show UTC timestamps)."""
-    from tracebank.warehouse import catalog
-    from tracebank.warehouse.storage import files_of, read_table
+    from tracebank.warehouse.storage import read_table
 
-    paths = [p for folder, manifest in catalog.collections(wh) for p in files_of(folder, manifest, "spans")]
+    paths = [
+        p
+        for folder, manifest in Storage(wh).collections()
+        for p in Storage(wh).files_of(folder, manifest, "spans")
+    ]
     return read_table(paths).to_pylist()

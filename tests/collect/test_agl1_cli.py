@@ -7,8 +7,8 @@ import shutil
 
 import pyarrow.parquet as pq
 from click.testing import CliRunner
-from tracebank.warehouse import catalog
 from tracebank.warehouse.query import run_sql
+from tracebank.warehouse.storage import Storage
 
 from tests.fixtures.agl1_server import ROUND_PROMPTS, play_scenario
 from tracebank.cli.main import cli
@@ -44,7 +44,7 @@ def test_spool_to_dataset_through_the_cli(agl1_round, wh, tmp_path):
     )
     (m,) = run_sql(wh, "SELECT rows, params FROM datasets").to_pylist()
     assert '"rules": "agl1"' in m["params"] and '"level": "transition"' in m["params"]
-    ((folder, manifest),) = catalog.dataset_versions(wh, "agl1")
+    ((folder, manifest),) = Storage(wh).dataset_versions("agl1")
     kv = pq.read_schema(folder / "train.parquet").metadata
     assert kv[b"tracebank.content_hash"] == manifest.content_hash.encode()
     assert kv[b"tracebank.dataset"] == b"agl1" and kv[b"tracebank.split"] == b"train"

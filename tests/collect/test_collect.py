@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from tracebank.collect import CollectConfig, collect
-from tracebank.warehouse import catalog
 from tracebank.warehouse.bronze import span_dict_from_row
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
+from tracebank.warehouse.storage import Storage
 
 from tests.cli_args import cli_args
 from tests.collect.helpers import client, store_spans, stored_span_rows
@@ -116,7 +116,7 @@ def test_every_span_round_trips_exactly_with_no_redact(filled, wh):
 def test_secrets_are_redacted_and_token_ids_kept(filled, wh):
     result = collect(filled.url, wh, CollectConfig())
     assert result.redaction["enabled"] and result.redaction["values_redacted"] >= 2 * 8
-    manifest = catalog.collections(wh)[0][1].to_json()
+    manifest = Storage(wh).collections()[0][1].to_json()
     assert manifest["redaction"] == result.redaction
     for path in wh.root.rglob("*"):
         if path.is_file():
@@ -153,7 +153,7 @@ def test_second_collect_adds_nothing(filled, wh):
     assert first.committed and not second.committed
     assert second.counts["skipped"] == len(_ids(filled, *DEFAULT_GROUPS))
     assert second.counts["spans"] == 0
-    assert len(catalog.collections(wh)) == 1
+    assert len(Storage(wh).collections()) == 1
     assert run_sql(wh, "SELECT count(*) n FROM spans").to_pylist() == [{"n": DEFAULT_SPANS}]
 
 
@@ -203,7 +203,7 @@ def test_attempts_all_collects_every_attempt(filled, wh):
 
 def test_manifest_records_the_run(filled, wh):
     result = collect(filled.url, wh, CollectConfig(tag="nightly", mode="train"))
-    folder, record = catalog.collections(wh)[0]
+    folder, record = Storage(wh).collections()[0]
     manifest = record.to_json()
     assert folder == result.folder and manifest["collection_id"] == result.collection_id
     assert manifest["store_url"] == filled.url and manifest["tag"] == "nightly"
@@ -275,7 +275,7 @@ def test_cli_filters_reach_the_library(filled, wh, warehouse_position):
     )
     assert out.exit_code == 0, out.output
     assert SUMMARY.match(out.stdout.splitlines()[0]).groups()[:2] == ("2", "14")
-    manifest = catalog.collections(wh)[0][1].to_json()
+    manifest = Storage(wh).collections()[0][1].to_json()
     assert manifest["redaction"] == {"enabled": False, "values_redacted": 0}
     assert manifest["concurrency"] == 3 and manifest["filters"]["since"] == 946684800.0
 
@@ -311,7 +311,7 @@ def test_cli_bad_url_is_one_line(wh, url, warehouse_position):
 
 def test_truncated_parquet_is_named_by_sql_and_by_collect(filled, wh, warehouse_position):
     collect(filled.url, wh, CollectConfig(mode="val"))
-    folder = catalog.collections(wh)[0][0]
+    folder = Storage(wh).collections()[0][0]
     spans_file = folder / "spans-0000.parquet"
     spans_file.write_bytes(spans_file.read_bytes()[:-100])
     out = CliRunner().invoke(cli, cli_args(wh.root, warehouse_position, "sql", "SELECT count(*) FROM spans"))
@@ -324,7 +324,7 @@ def test_truncated_parquet_is_named_by_sql_and_by_collect(filled, wh, warehouse_
 
 def test_damaged_attempts_file_is_named(filled, wh, warehouse_position):
     collect(filled.url, wh, CollectConfig(mode="val"))
-    folder = catalog.collections(wh)[0][0]
+    folder = Storage(wh).collections()[0][0]
     path = folder / "attempts-0000.parquet"
     size = path.stat().st_size
     path.write_bytes(b"\0" * size)  # same size, so only reading it finds the damage
@@ -335,7 +335,7 @@ def test_damaged_attempts_file_is_named(filled, wh, warehouse_position):
 
 def test_rows_per_file_splits_spans(filled, wh):
     result = collect(filled.url, wh, CollectConfig(rows_per_file=10))
-    files = [e for e in catalog.collections(wh)[0][1].to_json()["files"] if e["table"] == "spans"]
+    files = [e for e in Storage(wh).collections()[0][1].to_json()["files"] if e["table"] == "spans"]
     # a file closes once it holds 10 rows or more; one attempt's spans (at most 7) never split
     assert all(10 <= e["rows"] < 10 + 7 for e in files[:-1]) and len(files) >= DEFAULT_SPANS // 16
     assert sum(e["rows"] for e in files) == result.counts["spans"] == DEFAULT_SPANS
@@ -370,7 +370,7 @@ def _silver_contents(wh: Warehouse) -> dict[str, list[dict]]:
     from tracebank.warehouse.schemas import SILVER
     from tracebank.warehouse.storage import Storage
 
-    (folder, _), *others = catalog.collections(wh)
+    (folder, _), *others = Storage(wh).collections()
     assert not others
     storage, out = Storage(wh), {}
     for table in SILVER:
@@ -398,9 +398,9 @@ def test_python_callers_and_the_cli_leave_the_same_silver(filled, tmp_path, ware
 def test_no_silver_skips_it_in_the_library_and_the_cli(filled, tmp_path, warehouse_position):
     by_python = Warehouse(tmp_path / "python")
     result = collect(filled.url, by_python, CollectConfig(silver=False))
-    assert result.committed and result.silver is None and catalog.silver_caches(by_python) == []
+    assert result.committed and result.silver is None and Storage(by_python).silver_caches() == []
     by_cli = Warehouse(tmp_path / "cli")
     args = cli_args(by_cli.root, warehouse_position, "collect", "--store", filled.url, "--no-silver")
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
-    assert SUMMARY.match(out.stdout) and catalog.silver_caches(by_cli) == []
+    assert SUMMARY.match(out.stdout) and Storage(by_cli).silver_caches() == []

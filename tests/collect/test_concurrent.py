@@ -8,9 +8,9 @@ import threading
 import pytest
 from tracebank.collect import CollectConfig, collect
 from tracebank.collect.collector import collect_claim
-from tracebank.warehouse import catalog
 from tracebank.warehouse.claims import Owner, release, try_claim
 from tracebank.warehouse.query import run_sql
+from tracebank.warehouse.storage import Storage
 
 from tests.collect.helpers import fill_spool, fill_url, start_cli
 
@@ -49,7 +49,7 @@ def test_two_collect_runs_at_once_store_everything_once(filled_store, wh):
         "(SELECT count(*) FROM rollouts) r, (SELECT count(DISTINCT rollout_id) FROM rollouts) dr FROM spans",
     ).to_pylist()[0]
     assert counts["n"] == counts["spans"] and counts["r"] == counts["dr"] == 120
-    assert len(catalog.collections(wh)) == 1
+    assert len(Storage(wh).collections()) == 1
     assert collect_claim(wh).holder() is None
 
 
@@ -152,7 +152,7 @@ def test_a_spool_collect_and_a_store_collect_at_once_take_turns(fresh_store_url,
     assert [proc.returncode for proc in procs] == [0, 0], outs
     assert all(out.startswith("collected c") for out, _ in outs), outs
 
-    manifests = [m for _, m in catalog.collections(wh)]
+    manifests = [m for _, m in Storage(wh).collections()]
     first, second = sorted(manifests, key=lambda m: dt.datetime.fromisoformat(m.created_at))
     # A collect creates its collection once it holds the claim and lets go only after committing.
     assert dt.datetime.fromisoformat(first.finished_at) <= dt.datetime.fromisoformat(second.created_at)

@@ -9,9 +9,9 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from tracebank.warehouse import catalog
 from tracebank.warehouse.layout import MANIFEST
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
 
 from tests.collect.helpers import fill_url, run_cli, start_cli, wait_for
 from tracebank.cli.main import cli
@@ -56,7 +56,7 @@ def test_sigkill_midway_then_rerun_leaves_one_copy_of_every_span(big_store, wh):
     assert proc.returncode == -signal.SIGKILL
     [dead] = list(wh.collections_dir.glob("c*"))
     assert not (dead / MANIFEST).exists() and list(dead.glob("spans-*.parquet"))
-    assert catalog.collections(wh) == []
+    assert Storage(wh).collections() == []
     assert _sql(wh, "SELECT count(*) AS n FROM spans") == [{"n": 0}]
 
     # the rerun and the check after it run in this process: importing agentlightning anew in a

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
-from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
 
 from tests.collect.helpers import fill_url
 from tracebank.cli.main import cli
@@ -57,7 +57,7 @@ def test_disk_full_during_collect_is_one_line_and_commits_nothing(filled_store, 
     assert line.endswith(
         "(free some space and rerun; nothing partial was committed, `tracebank gc` removes the temp files)"
     )
-    assert catalog.collections(wh) == []
+    assert Storage(wh).collections() == []
 
 
 def test_disk_full_after_the_collection_committed_exits_0_and_says_silver_was_not_built(filled_store, disks):
@@ -72,7 +72,7 @@ def test_disk_full_after_the_collection_committed_exits_0_and_says_silver_was_no
     wh = Warehouse(disk / "warehouse").init()
     out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", "--store", filled_store])
     assert out.exit_code == 0, out.output
-    (cid,) = [folder.name for folder, _ in catalog.collections(wh)]
+    (cid,) = [folder.name for folder, _ in Storage(wh).collections()]
     assert out.stderr == (
         f"Warning: collection {cid} is committed, but its silver tables were not built "
         "(no space left on the device); `tracebank transform` builds them\n"

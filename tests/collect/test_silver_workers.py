@@ -9,7 +9,7 @@ import textwrap
 import pyarrow.parquet as pq
 import pytest
 from tracebank.collect import build_silver
-from tracebank.warehouse.errors import TracebankError
+from tracebank.core.errors import TracebankError
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import Storage
 
@@ -85,7 +85,7 @@ def test_a_script_that_builds_at_its_top_level_is_not_run_again_by_the_workers(t
             from tracebank.warehouse.location import Warehouse
             with open({str(marker)!r}, "a") as fh:
                 fh.write("run\\n")
-            print(len(build_silver(Warehouse.resolve({str(wh.root)!r}), workers=2)))
+            print(len(build_silver(open_warehouse({str(wh.root)!r}), workers=2)))
             """
         )
     )
@@ -97,7 +97,7 @@ def test_a_script_that_builds_at_its_top_level_is_not_run_again_by_the_workers(t
 
 def test_a_hostile_collection_id_never_reaches_the_workers(tmp_path, monkeypatch):
     from tracebank.collect import silver_workers
-    from tracebank.warehouse.errors import UsageError
+    from tracebank.core.errors import UsageError
 
     started = []
     monkeypatch.setattr(silver_workers.subprocess, "Popen", lambda *a, **k: started.append(a))

@@ -15,8 +15,8 @@ from tracebank.collect import (
 )
 from tracebank.collect.errors import CollectUsageError
 from tracebank.collect.sources import as_source
-from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
 
 from tests.collect.helpers import fill_url
 from tracebank.cli.main import cli
@@ -49,7 +49,7 @@ def test_the_cli_defaults_are_the_configs(store_url, wh):
     args = ["--warehouse", str(wh.root), "collect", "--store", store_url, "--no-silver"]
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
-    ((_, manifest),) = catalog.collections(wh)
+    ((_, manifest),) = Storage(wh).collections()
     defaults = CollectConfig()
     assert manifest.filters == defaults.filters() and manifest.concurrency == defaults.concurrency
     assert manifest.redaction["enabled"] is defaults.redact

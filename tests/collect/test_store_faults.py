@@ -12,8 +12,8 @@ import time
 import pytest
 from click.testing import CliRunner
 from tracebank.collect import CollectConfig, StoreRequestError, StoreUnreachableError, collect
-from tracebank.warehouse import catalog
 from tracebank.warehouse.query import run_sql
+from tracebank.warehouse.storage import Storage
 
 from tests.cli_args import cli_args
 from tests.collect.helpers import ROOT, DroppingProxy, cli_env, fill_random, fill_url, stored_span_rows
@@ -31,7 +31,7 @@ def test_unreachable_store_is_one_line_naming_the_url_and_fast(wh, warehouse_pos
         f"Error: cannot reach the store at {url} (connection refused) "
         "(is `agl store` running there? check --store)\n"
     )
-    assert catalog.collections(wh) == []
+    assert Storage(wh).collections() == []
 
 
 def test_silent_store_times_out_quickly(wh):
@@ -78,7 +78,7 @@ def test_failures_beyond_the_retries_stop_the_run_with_nothing_committed(small_s
             collect(url, wh, CollectConfig(retries=2, backoff_s=0.01))
         assert time.monotonic() - t0 < 10
     assert "\n" not in err.value.one_line()
-    assert catalog.collections(wh) == []
+    assert Storage(wh).collections() == []
     assert run_sql(wh, "SELECT count(*) n FROM spans").to_pylist() == [{"n": 0}]
 
 
@@ -114,7 +114,7 @@ def test_evicted_rollouts_are_recorded_not_fatal_over_http(evicting_store_url, w
     assert 0 < len(evicted) < 12
     assert result.counts["evicted"] == len(evicted)
     assert result.counts["rollouts"] == 12 - len(evicted)
-    manifest = catalog.collections(wh)[0][1].to_json()
+    manifest = Storage(wh).collections()[0][1].to_json()
     assert {e["rollout_id"] for e in manifest["evicted"]} == evicted
     assert all("evicted" in e["reason"] and e["attempt_id"] for e in manifest["evicted"])
     assert {r for r, _ in ids} - evicted == set(
@@ -134,7 +134,7 @@ def test_in_process_store_object_with_eviction(wh):
     assert result.store == "in-process"
     assert 0 < result.counts["evicted"] < 12
     assert result.counts["rollouts"] + result.counts["evicted"] == 12
-    manifest = catalog.collections(wh)[0][1].to_json()
+    manifest = Storage(wh).collections()[0][1].to_json()
     assert manifest["store_url"] == "in-process"
     kept = {r for r, _ in ids} - {e["rollout_id"] for e in manifest["evicted"]}
     assert set(run_sql(wh, "SELECT DISTINCT rollout_id FROM spans").column("rollout_id").to_pylist()) == kept
@@ -234,7 +234,7 @@ def test_store_that_accepts_and_never_answers_fails_in_seconds_with_defaults(wh,
     )
     assert 20 <= took < 40, took  # two waits of the default read timeout (was 316 s)
     assert silent_store.requests == 2
-    assert catalog.collections(wh) == []
+    assert Storage(wh).collections() == []
 
 
 def test_read_timeout_option_waits_as_long_as_asked(wh, silent_store):

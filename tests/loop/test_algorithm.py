@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from tracebank.core.events import Event, IterationStarted, MetricLogged, Trained
 from tracebank.loop import DemoConfig, LoopUsageError
 from tracebank.loop.demo import run_demo
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
-
-from tracebank.events import Event, IterationStarted, MetricLogged, Trained
 
 ROLLOUTS = 4
 

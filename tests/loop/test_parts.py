@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tracebank.core.errors import TracebankError
 from tracebank.loop import (
     LoopUsageError,
     RoundConfig,
@@ -19,7 +20,6 @@ from tracebank.loop.config import train_template
 from tracebank.loop.servers import server_command
 from tracebank.loop.toy_agent import make_tasks, similarity
 from tracebank.transform.config import TransformConfig
-from tracebank.warehouse.errors import TracebankError
 
 
 @pytest.mark.parametrize(

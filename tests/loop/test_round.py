@@ -16,14 +16,13 @@ import socket
 import time
 
 import pytest
+from tracebank.core.events import Event, RolloutProgress, ServerReady
 from tracebank.loop import LocalRunners, RoundConfig, RoundTimeoutError, ServerConfig, StagesConfig, run_round
 from tracebank.loop.config import train_template
 from tracebank.loop.toy_agent import LOG_ENV, make_tasks, read_log, toy_agent
 from tracebank.transform.config import TransformConfig
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
-
-from tracebank.events import Event, RolloutProgress, ServerReady
 
 N_TASKS = 6
 CPU = ServerConfig(kind="cpu", default_max_tokens=16, threads=1)

@@ -22,6 +22,7 @@ from tracebank.train.child import STORE_VARIABLE
 from tracebank.train.errors import TrainConfigError
 from tracebank.warehouse import catalog
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
 
 from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
 from tests.train.cli import SINGLE_THREAD
@@ -102,7 +103,7 @@ def test_two_nodes_on_loopback_train_what_one_process_trains(qa_wh, tiny_model, 
     out = tmp_path / "adapter"
     nodes = ["--batch-size", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}"]
     env = {**os.environ, **SINGLE_THREAD}
-    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    before = {folder.name for folder, _ in Storage(qa_wh).runs()}
     second = subprocess.Popen(
         _command(qa_wh, tiny_model, out, *RECIPE, *STEPS, *nodes, "--node-rank", "1"),
         env=env,
@@ -114,7 +115,7 @@ def test_two_nodes_on_loopback_train_what_one_process_trains(qa_wh, tiny_model, 
     stdout, stderr = second.communicate(timeout=120)
     assert second.returncode == 0, stderr
     assert stdout.startswith("node 1 of 2 finished")
-    assert {folder.name for folder, _ in catalog.runs(qa_wh)} - before == {run_id}  # node 0 records alone
+    assert {folder.name for folder, _ in Storage(qa_wh).runs()} - before == {run_id}  # node 0 records alone
     _same_training(qa_wh, run_id, out, one_process)
 
 
@@ -145,7 +146,7 @@ def _wait_for_training(wh, proc, before, while_waiting=lambda: None):
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         while_waiting()
-        runs = [f for f, _ in catalog.runs(wh) if f.name not in before]
+        runs = [f for f, _ in Storage(wh).runs() if f.name not in before]
         # run.json is created a moment before metrics.jsonl: a run folder without it has not started
         metrics = runs[0] / "metrics.jsonl" if runs else None
         if metrics is not None and metrics.is_file() and metrics.stat().st_size > 0:
@@ -157,7 +158,7 @@ def _wait_for_training(wh, proc, before, while_waiting=lambda: None):
 
 def test_a_rank_that_dies_fails_the_run_and_publishes_nothing(qa_wh, tiny_model, tmp_path):
     out = tmp_path / "adapter"
-    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    before = {folder.name for folder, _ in Storage(qa_wh).runs()}
     proc = _start_long_run(qa_wh, tiny_model, out)
     try:
         run = _wait_for_training(qa_wh, proc, before)
@@ -185,7 +186,7 @@ def test_nodes_on_different_dataset_versions_stop_before_step_one(qa_wh, tiny_mo
     out = tmp_path / "adapter"
     nodes = ["--batch-size", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}"]
     env = {**os.environ, **SINGLE_THREAD}
-    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    before = {folder.name for folder, _ in Storage(qa_wh).runs()}
     started = [
         subprocess.Popen(
             _command(wh, tiny_model, out, *RECIPE, *STEPS, *nodes, "--node-rank", rank),
@@ -200,7 +201,7 @@ def test_nodes_on_different_dataset_versions_stop_before_step_one(qa_wh, tiny_mo
     for proc, stderr in zip(started, errors, strict=True):
         assert proc.returncode == 1, stderr
         assert len(stderr.splitlines()) == 1 and "holds dataset content hash" in stderr, stderr
-    (run_id,) = {folder.name for folder, _ in catalog.runs(qa_wh)} - before
+    (run_id,) = {folder.name for folder, _ in Storage(qa_wh).runs()} - before
     _, record = catalog.resolve_run(qa_wh, run_id)
     assert record.status == "failed" and _metrics(qa_wh, run_id) == [] and not out.exists()
 
@@ -234,7 +235,7 @@ def test_one_node_ranks_meet_privately_listen_on_loopback_only_end_with_train(qa
     """Issue 27: torchrun --standalone served its c10d store (which unpickles what it is sent) on every
     interface. Sampled from start to the first steps, every socket the ranks listen on is loopback,
     and their store is a file in a folder only this user can open, outside the (shared) warehouse."""
-    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    before = {folder.name for folder, _ in Storage(qa_wh).runs()}
     # Here the hostname resolves to 127.0.0.1; on most machines it names the network address, which
     # gloo then listens on. A user's GLOO_SOCKET_IFNAME naming that interface does the same here.
     network = _network_interface()

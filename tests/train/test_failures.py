@@ -7,14 +7,14 @@ import shutil
 import signal
 
 import pytest
+from tracebank.core.errors import CorruptFileError, NotFoundError
+from tracebank.core.events import ChildStarted, Event, TrainBegin
 from tracebank.train import TrainConfig, TrainError, train
-from tracebank.warehouse import catalog
-from tracebank.warehouse.errors import CorruptFileError, NotFoundError
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
 
 from tests.fixtures.datasets import QA_PAIRS, qa_rows, write_dataset
 from tests.train.conftest import FAST
-from tracebank.events import ChildStarted, Event, TrainBegin
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def _config(tmp_path, model, **overrides):
 
 
 def _only_run(wh):
-    runs = catalog.runs(wh)
+    runs = Storage(wh).runs()
     assert len(runs) == 1
     return runs[0][1].to_json()
 
@@ -50,13 +50,13 @@ def test_unknown_dataset_starts_no_run(wh, tmp_path, tiny_model):
     with pytest.raises(NotFoundError) as exc:
         train(wh, _config(tmp_path, tiny_model, dataset="nope"))
     assert exc.value.one_line().startswith("no dataset named 'nope'")
-    assert catalog.runs(wh) == []
+    assert Storage(wh).runs() == []
 
 
 def test_unknown_version_starts_no_run(wh, tmp_path, tiny_model):
     with pytest.raises(NotFoundError, match="qa@v7 does not exist"):
         train(wh, _config(tmp_path, tiny_model, dataset="qa@v7"))
-    assert catalog.runs(wh) == []
+    assert Storage(wh).runs() == []
 
 
 def test_tampered_file_fails_before_training(wh, tmp_path, tiny_model):
@@ -145,11 +145,11 @@ def test_bad_config_is_rejected_before_anything(wh, tmp_path, tiny_model):
     with pytest.raises(TrainConfigError, match="learning rate must be positive") as exc:
         train(wh, _config(tmp_path, tiny_model, learning_rate=-1.0))
     assert exc.value.exit_code == 2
-    assert catalog.runs(wh) == []
+    assert Storage(wh).runs() == []
 
 
 def test_non_empty_output_is_not_overwritten(wh, tmp_path, tiny_model):
-    from tracebank.warehouse.errors import UsageError
+    from tracebank.core.errors import UsageError
 
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")

@@ -11,11 +11,11 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from tracebank.core.errors import UsageError
 from tracebank.train import TrainConfig, TrainError, train
 from tracebank.train.model_card import LEGACY_MARKER, PROVENANCE_FILE
-from tracebank.warehouse import catalog
 from tracebank.warehouse.claims import output_claim
-from tracebank.warehouse.errors import UsageError
+from tracebank.warehouse.storage import Storage
 
 from tests.train import test_failures
 from tests.train.conftest import FAST
@@ -43,7 +43,7 @@ def test_train_output_the_warehouse_or_above_it_with_overwrite_deletes_nothing(
         train(wh, _config(output, tiny_model, overwrite=True))
     assert "\n" not in err.value.one_line() and err.value.exit_code == 2
     assert _snapshot(tmp_path / "wh") == before
-    assert catalog.runs(wh) == []
+    assert Storage(wh).runs() == []
 
 
 def test_overwrite_refuses_a_folder_tracebank_did_not_write(wh, tmp_path, tiny_model):
@@ -102,7 +102,7 @@ def test_two_trains_with_the_same_output_cannot_both_win(wh, tmp_path, tiny_mode
     held = f"output folder {output} is being written by train run "
     assert second["error"].one_line().startswith(held)
     assert json.loads((output / PROVENANCE_FILE).read_text())["run_id"] == winner.run_id
-    assert [r.status for _, r in catalog.runs(wh)] == ["succeeded"]  # the loser started no run
+    assert [r.status for _, r in Storage(wh).runs()] == ["succeeded"]  # the loser started no run
     assert output_claim(wh, output).holder() is None  # released: the next run may write it
     assert not (tmp_path / ".model.claim").exists()
 
@@ -114,7 +114,7 @@ def _start_cli_train(wh, tmp_path, tiny_model):
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # wait until a step was logged: the child is training
-        runs = catalog.runs(wh)
+        runs = Storage(wh).runs()
         if runs and (runs[0][0] / "metrics.jsonl").stat().st_size > 0:
             return proc, runs[0][0]
         assert proc.poll() is None, proc.communicate()
@@ -141,7 +141,7 @@ def test_train_ended_by_sigkill_shows_process_gone_and_gc_frees_its_leftovers(wh
     proc.kill()
     proc.wait(timeout=30)
     run_id = folder.name
-    ((_, shown),) = catalog.runs(wh)
+    ((_, shown),) = Storage(wh).runs()
     assert shown.status == "failed" and shown.error.startswith("process gone: pid ")
     listed = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "runs", "list", "--format", "csv"])
     assert f"{run_id},failed," in listed.stdout
@@ -180,4 +180,4 @@ def test_max_length_99999999999999999999_is_one_line(wh, tmp_path, tiny_model):
     assert line.startswith(
         "Error: Invalid value for '--max-length': 99999999999999999999 does not fit in 64 bits"
     )
-    assert catalog.runs(wh) == []
+    assert Storage(wh).runs() == []

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from tracebank.train.checkpoints import complete_checkpoints
 from tracebank.train.checkpoints import run_scratch as scratch_dir
 from tracebank.warehouse import catalog
+from tracebank.warehouse.storage import Storage
 
 from tests.train.cli import SINGLE_THREAD, train_cli
 from tests.train.test_config_file import planted_store  # noqa: F401 (fixture)
@@ -47,7 +48,7 @@ def _adapter(folder):
 
 
 def _only_run(wh, exclude=()):
-    ids = [folder.name for folder, _ in catalog.runs(wh) if folder.name not in exclude]
+    ids = [folder.name for folder, _ in Storage(wh).runs() if folder.name not in exclude]
     assert len(ids) == 1, ids
     return catalog.resolve_run(wh, ids[0])
 
@@ -58,7 +59,7 @@ def _kill_after_checkpoint(proc, wh, step, exclude, timeout=300.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()
-        runs = [f for f, _ in catalog.runs(wh) if f.name not in exclude]
+        runs = [f for f, _ in Storage(wh).runs() if f.name not in exclude]
         if runs:
             _, record = catalog.resolve_run(wh, runs[0].name)
             if (record.attempts[-1].get("last_checkpoint") or 0) >= step:
@@ -142,7 +143,7 @@ def test_a_sigtermed_run_keeps_only_its_checkpoints_until_gc(qa_wh, tiny_model, 
     """Preemption (SIGTERM): the run is recorded failed and keeps its whole checkpoints for --resume,
     nothing else of its scratch; `tracebank gc` removes them with the rest of a dead run once they
     are older than its --min-age."""
-    before = {folder.name for folder, _ in catalog.runs(qa_wh)}
+    before = {folder.name for folder, _ in Storage(qa_wh).runs()}
     proc = subprocess.Popen(
         _train_command(qa_wh, tiny_model, tmp_path / "adapter"),
         env=_env(),
@@ -153,7 +154,7 @@ def test_a_sigtermed_run_keeps_only_its_checkpoints_until_gc(qa_wh, tiny_model, 
     run_id = None
     while run_id is None and time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()
-        for folder, record in catalog.runs(qa_wh):
+        for folder, record in Storage(qa_wh).runs():
             if folder.name not in before and (record.attempts[-1].get("last_checkpoint") or 0) >= 2:
                 run_id = folder.name
         time.sleep(0.02)
@@ -226,7 +227,7 @@ def _killed_and_resumed_equals_uninterrupted(wh, tiny_model, tmp_path, recipe):
     reference_id = done.stdout.split()[1]
     out = tmp_path / "model"
     proc = subprocess.Popen(command(out), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    before = {folder.name for folder, _ in catalog.runs(wh)}
+    before = {folder.name for folder, _ in Storage(wh).runs()}
     run_id = _kill_after_checkpoint(proc, wh, 4, exclude=before)
     assert not out.exists()
     steps = [step for step, _ in complete_checkpoints(scratch_dir(wh, run_id))]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from tracebank.core.events import Event, MetricLogged
 from tracebank.train import TrainConfig, train
 from tracebank.warehouse import catalog
 from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.datasets import QA_PAIRS, SYSTEM, chat_row, write_dataset
 from tests.train.conftest import FAST
-from tracebank.events import Event, MetricLogged
 
 
 @pytest.fixture(scope="module")

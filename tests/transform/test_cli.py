@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from tracebank.warehouse import catalog
+from tracebank.warehouse.storage import Storage
 
 from tests.cli_args import cli_args
 from tests.fixtures.bronze import commit_collection
@@ -35,7 +35,7 @@ def _run(position, wh, *args):
 def test_transform_prints_one_summary_line(filled, warehouse_position):
     out = _run(warehouse_position, filled, "transform", "--dataset", "sft")
     assert out.exit_code == 0, out.output
-    manifest = catalog.dataset_versions(filled, "sft")[0][1].to_json()
+    manifest = Storage(filled).dataset_versions("sft")[0][1].to_json()
     # 3 rewarded rollouts x 2 calls; r3's two calls have no reward
     assert out.output == (
         f"wrote sft@v1: 6 rows (of 8 calls; 2 unrewarded, 1 rejected), 108 tokens, "
@@ -45,14 +45,14 @@ def test_transform_prints_one_summary_line(filled, warehouse_position):
 
 def test_an_identical_rerun_says_so_and_writes_nothing(filled, warehouse_position):
     first = _run(warehouse_position, filled, "transform", "--dataset", "sft")
-    h = catalog.dataset_versions(filled, "sft")[0][1].content_hash[:8]
+    h = Storage(filled).dataset_versions("sft")[0][1].content_hash[:8]
     again = _run(warehouse_position, filled, "transform", "--dataset", "sft")
     assert again.exit_code == 0, again.output
     assert (
         again.output
         == f"identical to sft@v1 (hash {h}): nothing written (--force writes a new version anyway)\n"
     )
-    assert len(catalog.dataset_versions(filled, "sft")) == 1
+    assert len(Storage(filled).dataset_versions("sft")) == 1
     forced = _run(warehouse_position, filled, "transform", "--dataset", "sft", "--force")
     assert forced.output.startswith("wrote sft@v2: ") and first.output.startswith("wrote sft@v1: ")
 
@@ -85,7 +85,7 @@ def test_options_reach_the_manifest(filled, warehouse_position):
         "c1",
     )
     assert out.exit_code == 0, out.output
-    m = catalog.dataset_versions(filled, "sft")[0][1].to_json()
+    m = Storage(filled).dataset_versions("sft")[0][1].to_json()
     assert m["params"] == {
         "name": "sft",
         "collections": ["c1"],
@@ -104,7 +104,7 @@ def test_options_reach_the_manifest(filled, warehouse_position):
 def test_datasets_list_and_show(filled, warehouse_position):
     _run(warehouse_position, filled, "transform", "--dataset", "sft")
     _run(warehouse_position, filled, "transform", "--dataset", "sft", "--top-fraction", "0.5")
-    versions = [(folder, m.to_json()) for folder, m in catalog.dataset_versions(filled, "sft")]
+    versions = [(folder, m.to_json()) for folder, m in Storage(filled).dataset_versions("sft")]
     out = _run(warehouse_position, filled, "datasets", "list")
     assert out.exit_code == 0, out.output
     created = [m["created_at"][:16].replace("T", " ") for _, m in versions]
@@ -193,7 +193,7 @@ def test_help_documents_every_option():
 
 def test_datasets_list_machine_formats_are_whole(filled, warehouse_position):
     _run(warehouse_position, filled, "transform", "--dataset", "sft")
-    manifest = catalog.dataset_versions(filled, "sft")[0][1].to_json()
+    manifest = Storage(filled).dataset_versions("sft")[0][1].to_json()
     as_json = _run(warehouse_position, filled, "datasets", "list", "--format", "json")
     assert as_json.exit_code == 0, as_json.output
     [row] = json.loads(as_json.stdout)  # one JSON document
@@ -235,7 +235,7 @@ def test_the_library_names_the_fix_for_missing_silver(wh):
         "the silver tables of collection c9 are missing or stale (build them with "
         "`tracebank collect --rebuild-silver --collection c9` (`tracebank transform` builds them itself))"
     )
-    assert catalog.dataset_versions(wh, "sft") == []
+    assert Storage(wh).dataset_versions("sft") == []
 
 
 def test_the_cli_builds_missing_and_stale_silver_first(wh, warehouse_position):

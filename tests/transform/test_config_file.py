@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 from click.testing import CliRunner
-from tracebank.warehouse import catalog
+from tracebank.warehouse.storage import Storage
 
 from tests.transform.test_cli import filled  # noqa: F401 (fixture)
 from tracebank.cli.main import cli
@@ -38,7 +38,7 @@ def _transform(wh, *args):
 
 
 def _manifest(wh, name):
-    [(_, manifest)] = catalog.dataset_versions(wh, name)
+    [(_, manifest)] = Storage(wh).dataset_versions(name)
     return manifest
 
 
@@ -99,18 +99,18 @@ def test_a_version_keeps_its_config_and_shows_a_file_that_rebuilds_it(filled, tm
     again = _transform(filled, "--config", str(replay))
     assert again.output.startswith(f"identical to from-file@v1 (hash {built.content_hash[:8]})")
     _transform(filled, "--config", str(replay), "--force")
-    [_, (_, copy)] = catalog.dataset_versions(filled, "from-file")
+    [_, (_, copy)] = Storage(filled).dataset_versions("from-file")
     assert copy.content_hash == built.content_hash and copy.config == {**built.config, "force": True}
 
 
 def test_a_version_from_before_config_was_recorded_still_reads_and_replays(filled, tmp_path):  # noqa: F811
     _transform(filled, "--dataset", "old", *FLAGS)
-    [(folder, built)] = catalog.dataset_versions(filled, "old")
+    [(folder, built)] = Storage(filled).dataset_versions("old")
     path = folder / "manifest.json"
     old = json.loads(path.read_text())
     del old["config"]
     path.write_text(json.dumps(old))
-    [(_, read)] = catalog.dataset_versions(filled, "old")
+    [(_, read)] = Storage(filled).dataset_versions("old")
     assert read.config is None and read.params == built.params and "config" not in read.to_json()
     text = CliRunner().invoke(cli, ["-w", str(filled.root), "datasets", "show", "old"])
     assert text.exit_code == 0 and f"hash         {built.content_hash}" in text.stdout
@@ -118,7 +118,7 @@ def test_a_version_from_before_config_was_recorded_still_reads_and_replays(fille
     replay.write_text(_show_yaml(filled, "old"))
     assert "force" not in yaml.safe_load(replay.read_text())  # params hold what shapes rows only
     _transform(filled, "--config", str(replay), "--force")
-    [_, (_, copy)] = catalog.dataset_versions(filled, "old")
+    [_, (_, copy)] = Storage(filled).dataset_versions("old")
     assert copy.content_hash == built.content_hash
 
 
@@ -131,7 +131,7 @@ def test_a_planted_manifest_replayed_connects_nowhere_it_names(filled, tmp_path,
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     _transform(filled, "--dataset", "d", *FLAGS)
-    [(folder, built)] = catalog.dataset_versions(filled, "d")
+    [(folder, built)] = Storage(filled).dataset_versions("d")
     with socket.create_server(("127.0.0.1", 0)) as listener:
         listener.setblocking(False)
         port = listener.getsockname()[1]
@@ -150,4 +150,4 @@ def test_a_planted_manifest_replayed_connects_nowhere_it_names(filled, tmp_path,
         assert again.output.startswith(f"identical to d@v1 (hash {built.content_hash[:8]})")
         with pytest.raises(BlockingIOError):
             listener.accept()  # nobody connected
-    assert len(catalog.dataset_versions(filled, "d")) == 1
+    assert len(Storage(filled).dataset_versions("d")) == 1

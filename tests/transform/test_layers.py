@@ -20,7 +20,7 @@ def imported_modules(source: str) -> set[str]:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif _lazy_exports(node):  # the package's lazily loaded exports (tracebank.lazy) are imports
+        elif _lazy_exports(node):  # the package's lazily loaded exports (tracebank.core.lazy) are imports
             names = [k.value for k in node.args[1].keys if isinstance(k, ast.Constant)]  # type: ignore[attr-defined]
         else:
             continue

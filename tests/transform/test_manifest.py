@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
+from tracebank.core.errors import NotFoundError
 from tracebank.transform import TransformConfig, transform
 from tracebank.transform.errors import EmptyDatasetError
-from tracebank.warehouse import catalog, schemas
-from tracebank.warehouse.errors import NotFoundError
+from tracebank.warehouse import schemas
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import run_sql
-from tracebank.warehouse.storage import verify_hashes
+from tracebank.warehouse.storage import Storage
 
 from tests.transform.oracle import scenario_warehouse
 
@@ -25,7 +25,7 @@ def version(wh):
     return transform(wh, TransformConfig(name="ds", val_fraction=0.2, seed=4))
 
 
-def test_files_schema_and_manifest_keys(version):
+def test_files_schema_and_manifest_keys(wh, version):
     m = version.manifest
     assert version.folder == version.folder.parent / "v0001" and m["version"] == 1 and m["name"] == "ds"
     for key in (
@@ -44,7 +44,7 @@ def test_files_schema_and_manifest_keys(version):
         ("train.parquet", "dataset_rows", "train"),
         ("validation.parquet", "dataset_rows", "validation"),
     ]
-    verify_hashes(version.folder, version.record)
+    Storage(wh).verify_hashes(version.folder, version.record)
     total = 0
     for f in m["files"]:
         table = pq.read_table(version.folder / f["path"])
@@ -110,7 +110,7 @@ def test_an_identical_transform_writes_nothing_unless_forced(wh, version):
     assert not forced.identical and f"v{forced.ref.version:04d}" not in before
 
 
-def test_split_files_carry_their_provenance(version):
+def test_split_files_carry_their_provenance(wh, version):
     import duckdb
 
     content_hash = version.manifest["content_hash"]
@@ -129,7 +129,7 @@ def test_split_files_carry_their_provenance(version):
         kv = duckdb.sql(f"SELECT key, value FROM parquet_kv_metadata('{path}')").fetchall()
         assert (b"tracebank.content_hash", content_hash.encode()) in kv
         assert [k for k, _ in kv].count(b"ARROW:schema") == 1
-    verify_hashes(version.folder, version.record)  # the manifest's sha256 is of the stamped file
+    Storage(wh).verify_hashes(version.folder, version.record)  # the manifest's sha256 is of the stamped file
 
 
 def test_loads_with_hugging_face_datasets(version):
@@ -169,7 +169,7 @@ def test_unknown_collection_and_no_rows(wh, tmp_path):
         transform(empty, TransformConfig(name="x"))
     with pytest.raises(EmptyDatasetError):
         transform(wh, TransformConfig(name="none", min_reward=1e9))
-    assert not wh.dataset_dir("none").exists() or not catalog.dataset_versions(wh, "none")
+    assert not wh.dataset_dir("none").exists() or not Storage(wh).dataset_versions("none")
 
 
 def test_a_failed_write_leaves_no_version(wh, monkeypatch):
@@ -185,11 +185,11 @@ def test_a_failed_write_leaves_no_version(wh, monkeypatch):
         return real(stack, storage, folder, split, frame, source, **options)
 
     monkeypatch.setattr(local_engine, "open_split", failing)
-    before = catalog.dataset_versions(wh, "ds")
+    before = Storage(wh).dataset_versions("ds")
     with pytest.raises(OSError):
         transform(wh, TransformConfig(name="ds", val_fraction=0.2))
     assert len(calls) == 2
-    assert catalog.dataset_versions(wh, "ds") == before
+    assert Storage(wh).dataset_versions("ds") == before
     assert sorted(p.name for p in wh.dataset_dir("ds").iterdir()) == sorted(f.name for f, _ in before)
 
 

@@ -206,7 +206,7 @@ def test_seed_changes_order_not_content(wh):
     ],
 )
 def test_bad_options_are_usage_errors(wh, kwargs):
-    from tracebank.warehouse.errors import UsageError
+    from tracebank.core.errors import UsageError
 
     with pytest.raises(UsageError):
         transform(wh, TransformConfig(**{"name": "bad", **kwargs}))

@@ -20,6 +20,7 @@ from tracebank.transform.rows import CallTokens
 from tracebank.transform.spill import TokenSpill
 from tracebank.warehouse import schemas
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.storage import Storage
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 from tests.transform.oracle import scenario
@@ -212,7 +213,6 @@ def test_options_that_read_tokens_early_work_on_spilled_tokens(tmp_path, options
 
 
 def test_a_failed_file_of_a_split_leaves_no_version(two_layouts, monkeypatch):
-    from tracebank.warehouse import catalog
 
     _, wh = two_layouts
     monkeypatch.setattr(writer, "PIECE_TOKENS", 5_000)
@@ -227,9 +227,9 @@ def test_a_failed_file_of_a_split_leaves_no_version(two_layouts, monkeypatch):
         return real(part, *args)
 
     monkeypatch.setattr(writer, "_write_shard", second_fails)
-    before = catalog.dataset_versions(wh, "failing")
+    before = Storage(wh).dataset_versions("failing")
     with pytest.raises(OSError, match="disk full"):
         transform(wh, TransformConfig(name="failing"))
     assert len(started) == 2
-    assert catalog.dataset_versions(wh, "failing") == before == []
+    assert Storage(wh).dataset_versions("failing") == before == []
     assert not list(wh.dataset_dir("failing").glob("v*/*.parquet")), "no file of the failed version stays"

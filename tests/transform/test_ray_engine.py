@@ -8,8 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 from tracebank.transform import TransformConfig, ray_engine, transform, writer
 from tracebank.transform.errors import TransformUsageError
+from tracebank.warehouse.backends import open_warehouse
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.storage import Storage, verify_hashes
+from tracebank.warehouse.storage import Storage
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 from tests.transform.oracle import scenario
@@ -51,7 +52,7 @@ def test_ray_engine_commits_the_local_engines_version(two_collections, ray_addre
     assert on_ray.manifest["stats"] == local.manifest["stats"]
     pieces = [f for f in on_ray.manifest["files"] if f["split"] == "train"]
     assert len(pieces) > 2 and pieces[0]["path"] == "train-00000.parquet"
-    verify_hashes(on_ray.folder, on_ray.record)
+    Storage(wh).verify_hashes(on_ray.folder, on_ray.record)
     assert _rows(on_ray) == _rows(local)
     assert not list(wh.tmp_dir.iterdir()), "the scratch folder is removed"
     # Every piece a worker wrote names the version and its hash, as the local engine's files do.
@@ -94,7 +95,7 @@ def test_ray_engine_on_an_s3_warehouse_commits_the_local_engines_hash(
     monkeypatch.setenv("TRACEBANK_CACHE_DIR", str(tmp_path / "machine-a"))
     monkeypatch.setattr(writer, "PIECE_TOKENS", 20_000)
     location = f"s3://{s3_bucket}/wh"
-    wh = Warehouse.resolve(location).init()
+    wh = open_warehouse(location).init()
     spans, rollouts = synthetic_rollouts(30, seed=11, calls=(2, 5), tasks=6)
     commit_collection(wh, spans, rollouts=rollouts, collection_id="c1", span_file_rows=40)
     config = TransformConfig(name="ds", val_fraction=0.25, top_fraction=0.8, seed=5)
@@ -104,10 +105,10 @@ def test_ray_engine_on_an_s3_warehouse_commits_the_local_engines_hash(
     assert len([f for f in on_ray.manifest["files"] if f["split"] == "train"]) > 2
 
     monkeypatch.setenv("TRACEBANK_CACHE_DIR", str(tmp_path / "machine-b"))
-    elsewhere = Warehouse.resolve(location)
+    elsewhere = open_warehouse(location)
     [(folder, manifest)] = Storage(elsewhere).dataset_versions("ds")
     assert manifest.content_hash == on_ray.manifest["content_hash"]
-    verify_hashes(folder, manifest)
+    Storage(elsewhere).verify_hashes(folder, manifest)
 
 
 @pytest.mark.parametrize("options", [{"merge": "trajectory"}, {"dedup": True, "per_task": 1}])

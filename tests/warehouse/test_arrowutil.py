@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from tracebank.warehouse.arrowutil import narrow_strings
+from tracebank.core.arrowutil import narrow_strings
 
 
 @pytest.mark.parametrize(

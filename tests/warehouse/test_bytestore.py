@@ -11,9 +11,9 @@ import hashlib
 import threading
 
 import pytest
+from tracebank.core.errors import CorruptFileError, UsageError, WarehouseError
+from tracebank.warehouse.backends import open_store, open_warehouse
 from tracebank.warehouse.bytestore import LocalStore
-from tracebank.warehouse.errors import CorruptFileError, UsageError, WarehouseError
-from tracebank.warehouse.location import Warehouse, open_store
 from tracebank.warehouse.mirror import MirrorStore
 from tracebank.warehouse.s3store import S3Store
 
@@ -57,7 +57,7 @@ def test_open_store_picks_the_backend(tmp_path, monkeypatch):
 
 
 def test_a_folder_warehouse_works_through_the_local_store(tmp_path):
-    wh = Warehouse.resolve(tmp_path / "wh")
+    wh = open_warehouse(tmp_path / "wh")
     assert isinstance(wh.store, LocalStore) and wh.store.root == wh.root == tmp_path / "wh"
 
 

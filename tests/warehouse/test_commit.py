@@ -7,12 +7,11 @@ import textwrap
 
 import pyarrow as pa
 import pytest
-from tracebank.warehouse import catalog
-from tracebank.warehouse.errors import CorruptFileError, WarehouseError
+from tracebank.core.errors import CorruptFileError, WarehouseError
 from tracebank.warehouse.layout import TMP_MARK
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, FileEntry
-from tracebank.warehouse.storage import Storage, read_manifest, verify_hashes
+from tracebank.warehouse.storage import Storage
 
 
 def _commit_collection(wh: Warehouse, cid: str, n: int) -> None:
@@ -45,19 +44,19 @@ def test_python_package_is_not_a_warehouse(tmp_path):
 
 def test_manifest_lists_size_and_hash(wh):
     _commit_collection(wh, "c1", 3)
-    manifest = read_manifest(wh.collection_dir("c1"), CollectionManifest)
+    manifest = Storage(wh).read_manifest(wh.collection_dir("c1"), CollectionManifest)
     assert manifest is not None
     (entry,) = manifest.files
     assert entry.rows == 3 and len(entry.sha256) == 64 and entry.table == "rollouts"
     assert entry.bytes == (wh.collection_dir("c1") / entry.path).stat().st_size
-    verify_hashes(wh.collection_dir("c1"), manifest)
+    Storage(wh).verify_hashes(wh.collection_dir("c1"), manifest)
 
 
 def test_uncommitted_folder_is_invisible(wh):
     _commit_collection(wh, "c1", 2)
     folder = wh.collection_dir("c2")
     Storage(wh).write_table(folder, "rollouts-0000.parquet", pa.table({"rollout_id": ["x"]}), "rollouts")
-    assert [f.name for f, _ in catalog.collections(wh)] == ["c1"]
+    assert [f.name for f, _ in Storage(wh).collections()] == ["c1"]
 
 
 def test_tampered_file_fails_hash_check(wh):
@@ -68,7 +67,7 @@ def test_tampered_file_fails_hash_check(wh):
     data[10] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptFileError, match="rollouts-0000.parquet does not match its sha256"):
-        verify_hashes(folder, catalog.collections(wh)[0][1])
+        Storage(wh).verify_hashes(folder, Storage(wh).collections()[0][1])
 
 
 def test_commit_refuses_manifest_naming_missing_file(wh):
@@ -96,4 +95,4 @@ def test_writer_killed_mid_write_leaves_only_temp_files(wh, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     names = [p.name for p in wh.collection_dir("c1").iterdir()]
     assert len(names) == 1 and TMP_MARK in names[0]
-    assert catalog.collections(wh) == []
+    assert Storage(wh).collections() == []

@@ -14,11 +14,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from tracebank.core.outputs import LEFTOVER_MARKER, create_staging, move_aside
 from tracebank.warehouse import layout
+from tracebank.warehouse.backends import open_warehouse
 from tracebank.warehouse.claims import Owner
 from tracebank.warehouse.gc import gc
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import LEFTOVER_MARKER, create_staging, move_aside
 from tracebank.warehouse.records import CollectionManifest, RunRecord
 from tracebank.warehouse.schemas import SPANS, conform
 from tracebank.warehouse.storage import Storage
@@ -130,7 +131,7 @@ def location(request, tmp_path, monkeypatch) -> str:
     where = str(tmp_path / "warehouse")
     if request.param == "s3":
         where = f"s3://{request.getfixturevalue('s3_bucket')}/wh"
-    Warehouse.resolve(where).init()
+    open_warehouse(where).init()
     return where
 
 
@@ -160,7 +161,7 @@ def _gc(location: str, *args: str):
 def test_planted_run_records_never_name_what_gc_deletes(location, tmp_path):
     home = _fake_home(tmp_path)
     before = _everything(home)
-    wh = Warehouse.resolve(location)
+    wh = open_warehouse(location)
     dotted = f"{wh.root}/{os.path.relpath(home, wh.root)}"  # .../warehouse/../home
     assert ".." in dotted
     _plant_run(wh, "20260101-000000-planted-a", f"{home}/*")
@@ -180,7 +181,7 @@ def test_planted_run_records_never_name_what_gc_deletes(location, tmp_path):
 def test_a_top_level_folder_that_is_a_symlink_is_refused_in_one_line(location, tmp_path, folder):
     home = _fake_home(tmp_path)
     before = _everything(home)
-    wh = Warehouse.resolve(location)
+    wh = open_warehouse(location)
     link = wh.root / folder
     shutil.rmtree(link, ignore_errors=True)
     link.symlink_to(home, target_is_directory=True)
@@ -260,7 +261,7 @@ def _leftovers_of_a_killed_run(models: Path, run_id: str, owner: dict) -> tuple[
 
 
 def test_a_killed_runs_staging_and_replaced_output_go_once_ended_and_old(location, tmp_path):
-    wh = Warehouse.resolve(location)
+    wh = open_warehouse(location)
     run_id = "20260102-000000-killed"
     owner = _dead_owner()
     staging, aside = _leftovers_of_a_killed_run(tmp_path / "models", run_id, owner)

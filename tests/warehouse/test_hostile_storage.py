@@ -19,8 +19,9 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tracebank.core.errors import CorruptFileError, UsageError
+from tracebank.warehouse.backends import open_warehouse
 from tracebank.warehouse.bytestore import LocalStore
-from tracebank.warehouse.errors import CorruptFileError, UsageError
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.mirror import MirrorStore
 from tracebank.warehouse.query import run_sql
@@ -48,7 +49,7 @@ def _hostile_manifest(entry_path: str, size: int, sha: str) -> bytes:
 @pytest.mark.parametrize("planted", ["/tmp/x/owned.sh", "../../../../x/owned.sh", "a/../../owned.sh"])
 def test_a_bucket_manifest_cannot_write_outside_the_mirror(planted, s3_bucket, tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEBANK_CACHE_DIR", str(tmp_path / "cache"))
-    wh = Warehouse.resolve(f"s3://{s3_bucket}/wh").init()
+    wh = open_warehouse(f"s3://{s3_bucket}/wh").init()
     _commit(wh, "c1")
     payload = b"#!/bin/sh\necho owned\n"
     s3 = boto3.client("s3")
@@ -72,7 +73,7 @@ def test_a_bucket_manifest_cannot_write_outside_the_mirror(planted, s3_bucket, t
 
 def test_verify_on_a_bucket_hashes_each_object(s3_bucket, tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEBANK_CACHE_DIR", str(tmp_path / "cache"))
-    wh = Warehouse.resolve(f"s3://{s3_bucket}/wh").init()
+    wh = open_warehouse(f"s3://{s3_bucket}/wh").init()
     _commit(wh, "c1")
     key = "wh/collections/c1/spans-0000.parquet"
     s3 = boto3.client("s3")

@@ -16,11 +16,12 @@ import time
 import pytest
 from click.testing import CliRunner
 from tracebank.collect.silver import build_silver
+from tracebank.core.errors import CorruptFileError
+from tracebank.warehouse.backends import open_warehouse
 from tracebank.warehouse.claims import Owner, try_claim, warehouse_claim
-from tracebank.warehouse.errors import CorruptFileError
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.mirror import MirrorStore
-from tracebank.warehouse.storage import Storage, files_of
+from tracebank.warehouse.storage import Storage
 
 from tests.fixtures.bronze import commit_collection, synthetic_rollouts
 from tracebank.cli.main import cli
@@ -33,7 +34,7 @@ def machines(tmp_path, monkeypatch, s3_bucket):
 
     def on(name: str) -> Warehouse:
         monkeypatch.setenv("TRACEBANK_CACHE_DIR", str(tmp_path / f"machine-{name}"))
-        return Warehouse.resolve(location)
+        return open_warehouse(location)
 
     on("a").init()
     return on
@@ -59,7 +60,7 @@ def test_the_mirror_lives_in_the_cache_and_the_store_holds_the_truth(machines, s
     folder = b.root / "collections" / "c1"
     assert not list(folder.glob("*.parquet"))  # listed only: no data file came
     [(_, manifest)] = Storage(b).collections()
-    [spans] = files_of(folder, manifest, "spans")  # a reader asks: that table's file comes
+    [spans] = Storage(b).files_of(folder, manifest, "spans")  # a reader asks: that table's file comes
     assert spans.exists() and sorted(p.name for p in folder.glob("*.parquet")) == ["spans-0000.parquet"]
 
 
@@ -99,7 +100,7 @@ def test_an_altered_object_is_refused_in_one_line(machines, s3_bucket):
     b = machines("b")
     [(folder, manifest)] = Storage(b).collections()
     with pytest.raises(CorruptFileError, match="does not match its manifest"):
-        files_of(folder, manifest, "spans")
+        Storage(b).files_of(folder, manifest, "spans")
     assert not (folder / "spans-0000.parquet").exists()  # nothing unverified lands in the mirror
     other = CliRunner().invoke(cli, ["--warehouse", b.location, "sql", "SELECT count(*) n FROM attempts"])
     assert other.exit_code == 0  # only the altered object's table fails
@@ -264,7 +265,7 @@ def test_a_folder_warehouse_copied_onto_the_store_is_read_from_there(tmp_path, m
     s3 = boto3.client("s3")
     for path in sorted(p for p in folder.root.rglob("*") if p.is_file()):
         s3.upload_file(str(path), s3_bucket, f"moved/{path.relative_to(folder.root).as_posix()}")
-    moved = Warehouse.resolve(f"s3://{s3_bucket}/moved")
+    moved = open_warehouse(f"s3://{s3_bucket}/moved")
     query = "SELECT count(*) n, sum(prompt_len) p FROM llm_calls"
     assert run_sql(moved, query).to_pylist() == run_sql(folder, query).to_pylist()
     assert run_sql(moved, query).to_pylist()[0]["n"] > 0
@@ -312,11 +313,11 @@ def test_a_link_planted_in_the_mirror_is_never_read_through(machines):
     a = machines("a")
     _commit(a, "c1")
     [(folder, manifest)] = Storage(a).collections()
-    (spans,) = files_of(folder, manifest, "spans")
+    (spans,) = Storage(a).files_of(folder, manifest, "spans")
     elsewhere = a.tmp_dir / "same-size.parquet"
     elsewhere.write_bytes(b"x" * spans.stat().st_size)
     spans.unlink()
     spans.symlink_to(elsewhere)
     with pytest.raises(CorruptFileError, match="is a symbolic link"):
-        files_of(folder, manifest, "spans")
+        Storage(a).files_of(folder, manifest, "spans")
     assert elsewhere.read_bytes() == b"x" * elsewhere.stat().st_size

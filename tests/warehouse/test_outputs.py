@@ -7,9 +7,8 @@ import os
 import shutil
 
 import pytest
-from tracebank.warehouse.errors import UsageError
-from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.outputs import (
+from tracebank.core.errors import UsageError
+from tracebank.core.outputs import (
     LEFTOVER_MARKER,
     MARKER,
     Leftover,
@@ -19,6 +18,7 @@ from tracebank.warehouse.outputs import (
     sidecar,
     written_by,
 )
+from tracebank.warehouse.location import Warehouse
 
 
 @pytest.fixture

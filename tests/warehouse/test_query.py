@@ -1,6 +1,6 @@
 import pyarrow as pa
 import pytest
-from tracebank.warehouse.errors import CorruptFileError, QueryError
+from tracebank.core.errors import CorruptFileError, QueryError
 from tracebank.warehouse.query import TABLES, connect, run_sql
 from tracebank.warehouse.records import CollectionManifest
 from tracebank.warehouse.schemas import SPANS, conform

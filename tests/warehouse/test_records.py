@@ -4,8 +4,8 @@ import json
 
 import pyarrow as pa
 import pytest
+from tracebank.core.errors import CorruptFileError, DamageWarning, WarehouseError
 from tracebank.warehouse import catalog
-from tracebank.warehouse.errors import CorruptFileError, DamageWarning, WarehouseError
 from tracebank.warehouse.layout import MANIFEST
 from tracebank.warehouse.records import (
     CollectionManifest,
@@ -14,7 +14,7 @@ from tracebank.warehouse.records import (
     RunRecord,
     SilverManifest,
 )
-from tracebank.warehouse.storage import Storage, read_manifest
+from tracebank.warehouse.storage import Storage
 
 ENTRY = FileEntry(
     path="train.parquet", bytes=10, sha256="ab" * 32, rows=2, table="dataset_rows", split="train"
@@ -94,7 +94,7 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_the_file(wh, data, say
     assert "\n" not in line and str(folder / MANIFEST) in line and says in line
     assert isinstance(err.value, WarehouseError)
     with pytest.warns(DamageWarning, match="left out collections/c1: ") as told:
-        assert catalog.collections(wh) == []  # a listing leaves it out and says so
+        assert Storage(wh).collections() == []  # a listing leaves it out and says so
     assert line in str(told[0].message)
 
 
@@ -107,7 +107,7 @@ def test_a_run_record_of_the_wrong_shape_names_the_file(wh):
     ):
         Storage(wh).read_run("r1")
     with pytest.warns(DamageWarning, match=r"left out run r1: .*run record\.summary should"):
-        assert catalog.runs(wh) == []
+        assert Storage(wh).runs() == []
 
 
 def test_invalid_json_names_the_file(wh):
@@ -115,16 +115,16 @@ def test_invalid_json_names_the_file(wh):
     folder.mkdir(parents=True)
     (folder / MANIFEST).write_text("{")
     with pytest.raises(CorruptFileError, match=r"v0001/manifest\.json is not valid JSON"):
-        read_manifest(folder, DatasetManifest)
+        Storage(wh).read_manifest(folder, DatasetManifest)
     with pytest.warns(DamageWarning, match=r"v0001/manifest\.json is not valid JSON"):
-        assert catalog.dataset_versions(wh) == []
+        assert Storage(wh).dataset_versions() == []
 
 
 def test_storage_writes_the_current_format_version_last(wh):
     storage = Storage(wh)
     version, folder = storage.reserve_version("qa")
     entry = storage.write_table(folder, "train.parquet", pa.table({"input_ids": [[1, 2]]}), "dataset_rows")
-    assert read_manifest(folder, DatasetManifest) is None  # data written, nothing visible yet
+    assert Storage(wh).read_manifest(folder, DatasetManifest) is None  # data written, nothing visible yet
     storage.commit_version(
         folder, DatasetManifest(name="qa", version=version, content_hash="h", files=[entry])
     )
@@ -189,10 +189,10 @@ def test_a_manifest_holding_a_non_standard_number_is_one_line_naming_the_file(wh
     text = (folder / MANIFEST).read_text().replace('"stats": {}', f'"stats": {{"reward": {number}}}')
     (folder / MANIFEST).write_text(text)
     with pytest.raises(CorruptFileError, match=r"v0001/manifest\.json is not valid JSON: it holds") as err:
-        read_manifest(folder, DatasetManifest)
+        Storage(wh).read_manifest(folder, DatasetManifest)
     assert "\n" not in err.value.one_line()
     with pytest.warns(DamageWarning, match=r"left out datasets/qa/v0001"):
-        assert catalog.dataset_versions(wh) == []
+        assert Storage(wh).dataset_versions() == []
 
 
 def test_a_run_record_holding_nan_is_refused_naming_the_file(wh):
@@ -222,7 +222,7 @@ def test_writing_a_non_finite_number_fails_before_anything_is_committed(wh):
         WarehouseError, match=r"refusing to write dataset manifest: stats\.reward\.max is inf, not a finite"
     ):
         storage.commit_version(folder, manifest)
-    assert not (folder / MANIFEST).exists() and catalog.dataset_versions(wh) == []
+    assert not (folder / MANIFEST).exists() and Storage(wh).dataset_versions() == []
     record = _run(summary={"loss": float("nan")})
     with pytest.raises(WarehouseError, match=r"run record r1: summary\.loss is nan"):
         storage.start_run(record)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from tracebank.core.errors import NotFoundError
 from tracebank.warehouse import layout
 from tracebank.warehouse.catalog import resolve_reward_layer
-from tracebank.warehouse.errors import NotFoundError
 from tracebank.warehouse.gc import gc
 from tracebank.warehouse.records import RewardLayerManifest
 from tracebank.warehouse.storage import Storage

@@ -10,7 +10,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
-from tracebank.warehouse.errors import QueryError
+from tracebank.core.errors import QueryError
 from tracebank.warehouse.query import connect, ensure_read_only, run_sql
 from tracebank.warehouse.records import CollectionManifest
 from tracebank.warehouse.schemas import SPANS, conform

@@ -19,8 +19,8 @@ import click
 
 from tracebank.cli import warn
 from tracebank.cli.options import warehouse_option
-from tracebank.warehouse.errors import TracebankError
-from tracebank.warehouse.text import visible
+from tracebank.core.errors import TracebankError
+from tracebank.core.text import visible
 
 # LiteLLM (pulled in by agentlightning) fetches a price map from the internet at
 # import time and stalls without network; the bundled copy is enough.

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from tracebank.warehouse.text import visible
+from tracebank.core.text import visible
 
 FORMATS = ("table", "vertical", "csv", "json", "jsonl")
 _WAREHOUSE_KEY = "tracebank.warehouse"
@@ -54,10 +54,10 @@ def pass_warehouse(f: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from tracebank.warehouse.location import Warehouse
+        from tracebank.warehouse.backends import open_warehouse
 
         path = click.get_current_context().meta.get(_WAREHOUSE_KEY)
-        return f(Warehouse.resolve(path), *args, **kwargs)
+        return f(open_warehouse(path), *args, **kwargs)
 
     return warehouse_option(wrapper)
 
@@ -240,7 +240,7 @@ def read_config_file(path: str) -> dict[str, Any]:
     :data:`MAX_CONFIG_BYTES` or one using YAML aliases is refused in one line."""
     import yaml
 
-    from tracebank.warehouse.errors import UsageError
+    from tracebank.core.errors import UsageError
 
     try:
         with open(path, encoding="utf-8") as fh:
@@ -280,7 +280,7 @@ def option_names(command: click.Command) -> dict[str, click.Parameter]:
 
 def config_file_values(command: click.Command, data: dict[str, Any], source: str) -> dict[str, Any]:
     """``data``'s values keyed by ``command``'s parameter names; unknown keys are refused."""
-    from tracebank.warehouse.errors import UsageError
+    from tracebank.core.errors import UsageError
 
     names = option_names(command)
     unknown = sorted(str(k) for k in data if str(k).replace("-", "_") not in names)
@@ -308,7 +308,7 @@ def config_file_values(command: click.Command, data: dict[str, Any], source: str
 def _refuse_command_line_only(names: dict[str, click.Parameter], data: dict[str, Any], source: str) -> None:
     """Refuse a key naming where tracebank reads or connects (`warehouse.replay.COMMAND_LINE_ONLY`):
     a config file may be a replayed record, and those come from the command line or the environment."""
-    from tracebank.warehouse.errors import UsageError
+    from tracebank.core.errors import UsageError
     from tracebank.warehouse.replay import COMMAND_LINE_ONLY
 
     for key in data:

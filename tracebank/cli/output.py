@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from tracebank.cli.readable import Limits, Tabular, table_text, vertical_text
-from tracebank.warehouse.text import visible
+from tracebank.core.text import visible
 
 
 def _cell(value: Any) -> str:

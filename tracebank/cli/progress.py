@@ -1,4 +1,4 @@
-"""The one renderer of the stages' progress events (tracebank.events), on stderr.
+"""The one renderer of the stages' progress events (tracebank.core.events), on stderr.
 
 On a terminal, rollouts and training steps are live bars and every other event is a line
 above them; elsewhere (CI logs, a pipe) every event is a plain line that starts with the
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from functools import singledispatch
 from typing import Any, TextIO
 
-from tracebank import events as ev
-from tracebank.warehouse.text import visible
+from tracebank.core import events as ev
+from tracebank.core.text import visible
 
 
 def loss(value: Any) -> str:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tracebank.warehouse.errors import UsageError
+from tracebank.core.errors import UsageError
 
 
 def read_statement(statement: str | None, file: str | None) -> str:

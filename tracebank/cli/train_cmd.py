@@ -138,7 +138,7 @@ def train(wh, quiet: bool, resume: str | None, target_modules: str | None, **opt
 
 def _config(options: dict[str, Any], target_modules: str | None) -> TrainConfig:
     """The TrainConfig of the command's options (from flags, a --config file and defaults)."""
-    from tracebank.warehouse.errors import UsageError
+    from tracebank.core.errors import UsageError
 
     if target_modules:
         options["target_modules"] = tuple(t.strip() for t in target_modules.split(",") if t.strip())
@@ -154,7 +154,7 @@ def _config(options: dict[str, Any], target_modules: str | None) -> TrainConfig:
 
 
 def _refuse_settings_with_resume(names: list[str]) -> None:
-    from tracebank.warehouse.errors import UsageError
+    from tracebank.core.errors import UsageError
 
     ctx = click.get_current_context()
     given = given_on_command_line(ctx, names)

@@ -15,7 +15,7 @@ from tracebank.cli.output import say
 def verify(wh: Any) -> None:
     """Check every committed file against the size and sha256 its manifest records (like
     `git fsck`); name each damaged file. Exits 1 when anything is damaged."""
-    from tracebank.warehouse.errors import CorruptFileError
+    from tracebank.core.errors import CorruptFileError
     from tracebank.warehouse.verify import verify as run_verify
 
     report = run_verify(wh)

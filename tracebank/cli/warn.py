@@ -8,8 +8,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from tracebank.warehouse.errors import DamageWarning
-from tracebank.warehouse.text import visible
+from tracebank.core.errors import DamageWarning
+from tracebank.core.text import visible
 
 _default_show = warnings.showwarning
 

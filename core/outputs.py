@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tracebank.warehouse.errors import UsageError
+from tracebank.core.errors import UsageError
 
 #: The marker a tracebank output carries: inside a folder, or as ``.<name>`` + it beside a file.
 MARKER = ".tracebank-output.json"
