@@ -233,7 +233,7 @@ class Batch:
         if self._repeats:
             out.append(
                 f"{self._repeats} attempts are stored more than once in this warehouse (collects that ran "
-                "at the same time before collect took turns); `tracebank collect --repair-duplicates` "
+                "at the same time before collect took turns); `tracebank repair-duplicates` "
                 "keeps one copy of each"
             )
         if self.no_llm:

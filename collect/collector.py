@@ -16,7 +16,7 @@ import contextlib
 import errno
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,9 @@ from tracebank.collect import silver
 from tracebank.collect.batch import Batch, Progress, committed_attempts
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.sources import Source, as_source
+from tracebank.core import events as ev
 from tracebank.core.errors import TracebankError
+from tracebank.core.events import OnEvent
 from tracebank.warehouse.claims import POLL_S, Claim, Owner, release, try_claim, warehouse_claim
 from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.location import Warehouse
@@ -66,6 +68,17 @@ class CollectResult:
             f"{c['evicted']} evicted in {self.seconds['total']:.1f}s"
         )
 
+    def summary_lines(self) -> list[str]:
+        """What ``tracebank collect`` prints: the summary, then the silver tables it built."""
+        from tracebank.collect.refresh import silver_summary
+
+        lines = [self.summary()]
+        if self.silver_rebuilt:
+            lines.append(f"silver: built the missing caches of {', '.join(self.silver_rebuilt)}")
+        if self.silver is not None:
+            lines.append(f"silver: {silver_summary(self.silver)}")
+        return lines
+
 
 @contextlib.contextmanager
 def _older_objects_frozen() -> Iterator[None]:
@@ -92,14 +105,14 @@ async def collect_async(
     source: Source | Any,
     wh: Warehouse,
     config: CollectConfig | None = None,
-    progress: Progress | None = None,
-    on_wait: Callable[[str], None] | None = None,
+    on_event: OnEvent | None = None,
 ) -> CollectResult:
     """The coroutine behind :func:`collect`, for callers already inside an event loop."""
     src = as_source(source)
     config = (config or CollectConfig()).validate()
+    emit = on_event or (lambda _event: None)
     with _older_objects_frozen():
-        result = await _collect(src, wh, config, progress, on_wait)
+        result = await _collect(src, wh, config, emit)
     if result.collection_id is not None and config.silver:
         try:
             result.silver = await asyncio.to_thread(silver.build_silver, wh, result.collection_id)
@@ -142,14 +155,17 @@ async def _collect(
     src: Source,
     wh: Warehouse,
     config: CollectConfig,
-    progress: Progress | None,
-    on_wait: Callable[[str], None] | None = None,
+    emit: OnEvent,
 ) -> CollectResult:
     t_start = time.perf_counter()
     wh.init()
     owner = Owner.current("collect")
     path = collect_claim(wh)
-    await _claim(path, owner, on_wait)
+    await _claim(path, owner, emit)
+
+    def progress(done: int, total: int) -> None:
+        emit(ev.CollectProgress(done, total))
+
     try:
         return await _collect_claimed(src, wh, config, progress, t_start)
     finally:
@@ -162,11 +178,11 @@ def collect_claim(wh: Warehouse) -> Claim:
     return warehouse_claim(wh, "collect")
 
 
-async def _claim(path: Claim, owner: Owner, on_wait: Callable[[str], None] | None) -> None:
+async def _claim(path: Claim, owner: Owner, emit: OnEvent) -> None:
     told = False
     while (holder := await asyncio.to_thread(try_claim, path, owner)) is not None:
-        if not told and on_wait is not None:
-            on_wait(f"waiting for {holder.describe()} to finish with this warehouse")
+        if not told:
+            emit(ev.WaitingForWarehouse(holder.describe()))
             told = True
         await asyncio.sleep(POLL_S)
 
@@ -201,8 +217,7 @@ def collect(
     source: Source | Any,
     wh: Warehouse,
     config: CollectConfig | None = None,
-    progress: Progress | None = None,
-    on_wait: Callable[[str], None] | None = None,
+    on_event: OnEvent | None = None,
 ) -> CollectResult:
     """Collect new rollouts from ``source`` into ``wh``: a Source (``StoreSource``,
     ``Agl1ServerSource``, ``SpoolSource``), or a 0.3 store URL or LightningStore.
@@ -211,9 +226,9 @@ def collect(
     ``config.silver`` is off), or commits nothing when every matching attempt is
     already in the warehouse. Raises StoreUnreachableError, StoreRequestError
     or CollectUsageError (all TracebankErrors) with nothing committed. One collect of a
-    warehouse runs at a time: another waits (``on_wait`` is told for whom, once).
+    warehouse runs at a time: another waits (``on_event`` gets a WaitingForWarehouse, once).
     """
-    run = collect_async(source, wh, config, progress, on_wait)
+    run = collect_async(source, wh, config, on_event)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -55,7 +55,7 @@ class CollectConfig:
     """Spans per Parquet file; bounds the memory a large collect holds before writing."""
     silver: bool = True
     """Build the new collection's silver tables (llm_calls, rewards, messages) right after the commit
-    (off with ``--no-silver``; ``tracebank collect --rebuild-silver`` builds them later)."""
+    (off with ``--no-silver``; ``tracebank rebuild-silver`` builds them later)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes copied into the manifest (e.g. who ran the collect)."""
 

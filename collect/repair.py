@@ -17,6 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 from tracebank.collect.collector import collect_claim
+from tracebank.core import events as ev
+from tracebank.core.events import OnEvent
 from tracebank.warehouse.claims import Owner, claimed
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest
@@ -34,6 +36,14 @@ class RepairResult:
     """Attempts that were stored more than once (each counted once per extra copy)."""
     replaced: list[tuple[str, str | None]] = field(default_factory=list)
     """(retired collection, the collection that replaces it or None when nothing was left)."""
+
+    def lines(self) -> list[str]:
+        """What ``tracebank repair-duplicates`` prints: each collection replaced, then the summary."""
+        replaced = [
+            f"repaired {old}: " + (f"replaced by {new}" if new else "held only duplicates, retired")
+            for old, new in self.replaced
+        ]
+        return [*replaced, self.summary()]
 
     def summary(self) -> str:
         if not self.duplicates:
@@ -106,17 +116,17 @@ def _rewrite(
 
 
 def repair_duplicates(
-    wh: Warehouse, new_id: Callable[[], str], on_wait: Callable[[str], None] | None = None
+    wh: Warehouse, new_id: Callable[[], str], on_event: OnEvent | None = None
 ) -> RepairResult:
     """Keep one copy of every attempt stored more than once (see the module docstring)."""
     storage = Storage(wh.init())
     result = RepairResult()
 
     def tell(holder: Owner) -> None:
-        if on_wait is not None:
-            on_wait(f"waiting for {holder.describe()} to finish with this warehouse")
+        if on_event is not None:
+            on_event(ev.WaitingForWarehouse(holder.describe()))
 
-    with claimed(collect_claim(wh), Owner.current("collect --repair-duplicates"), wait=True, on_wait=tell):
+    with claimed(collect_claim(wh), Owner.current("repair-duplicates"), wait=True, on_wait=tell):
         for folder, manifest, drop in find_duplicates(wh):
             replacement = _rewrite(storage, folder, manifest, drop, new_id())
             storage.retire_collection(folder)

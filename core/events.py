@@ -173,6 +173,37 @@ class RescoreProgress(Event):
 
 
 @dataclass(frozen=True)
+class CollectProgress(Event):
+    """Attempts a collect has read so far, of those it knows of yet."""
+
+    kind: ClassVar[str] = "collecting"
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class WaitingForWarehouse(Event):
+    """Another writer holds the warehouse's collect claim: the method waits for it (said once)."""
+
+    kind: ClassVar[str] = "waiting"
+    holder: str
+    """Who holds it, as ``Owner.describe`` says: ``collect (pid 12 on host-a)``."""
+
+    @property
+    def note(self) -> str:
+        return f"waiting for {self.holder} to finish with this warehouse"
+
+
+@dataclass(frozen=True)
+class SilverBuilt(Event):
+    """A collection's silver tables (llm_calls, rewards, messages) were built."""
+
+    kind: ClassVar[str] = "silver"
+    collection_id: str
+    summary: str
+
+
+@dataclass(frozen=True)
 class RolledOut(Event):
     """Every rollout of the round finished; the model server is stopped."""
 

@@ -70,7 +70,7 @@ def collection_rollouts(wh: Warehouse, cid: str, manifest: CollectionManifest) -
     if storage.current_silver(cid) is None:
         raise RescoreError(
             f"the silver tables of collection {cid} are missing or stale",
-            f"build them with `tracebank collect --rebuild-silver --collection {cid}`",
+            f"build them with `tracebank rebuild-silver --collection {cid}`",
         )
     attempts = _bronze(wh, cid, manifest, "attempts", ["rollout_id", "attempt_id", "sequence_id"])
     latest = attempts.sort(["rollout_id", "sequence_id"]).group_by("rollout_id", maintain_order=True).last()

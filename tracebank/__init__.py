@@ -3,6 +3,10 @@
 The repository keeps each stage in a top-level folder (``collect/``, ``transform/``,
 ``train/``, ``warehouse/``, ...); installation maps them into this namespace
 (``tracebank.collect``, ...) so a user's own ``train.py`` can never shadow them.
+
+The API is one object: ``wh = tracebank.open("warehouse")`` gives a :class:`Warehouse` whose
+methods are the stages (``collect``, ``transform``, ``sql``, ``dataset``, ``rescore``, ``train``,
+``export``, ``report``...). Every error it raises is a :class:`TracebankError`.
 """
 
 import os
@@ -16,10 +20,32 @@ from typing import Any
 os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
 
+from tracebank.core.lazy import lazy_exports  # noqa: E402 (after the allocator setting above)
+
+_exports, __dir__, _names = lazy_exports(
+    __name__,
+    {
+        "tracebank.api.dataset": ("Dataset",),
+        "tracebank.api.sql": ("SqlResult",),
+        "tracebank.api.warehouse": ("Warehouse", "open"),
+        "tracebank.core.errors": (
+            "CorruptFileError",
+            "NotFoundError",
+            "QueryError",
+            "TracebankError",
+            "UsageError",
+            "WarehouseError",
+        ),
+        "tracebank.core.events": ("Event", "OnEvent"),
+    },
+)
+__all__ = [*_names, "__version__"]
+
+
 def __getattr__(name: str) -> Any:
-    # Looked up on first use: importlib.metadata costs more than the rest of the CLI's start.
     if name != "__version__":
-        raise AttributeError(f"module 'tracebank' has no attribute {name!r}")
+        return _exports(name)
+    # Looked up on first use: importlib.metadata costs more than the rest of the CLI's start.
     from importlib.metadata import PackageNotFoundError, version
 
     try:

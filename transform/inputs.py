@@ -156,7 +156,7 @@ def require_silver(storage: Storage, collection_id: str) -> None:
     if storage.current_silver(collection_id) is None:
         raise SilverMissingError(
             f"the silver tables of collection {collection_id} are missing or stale",
-            f"build them with `tracebank collect --rebuild-silver --collection {collection_id}` "
+            f"build them with `tracebank rebuild-silver --collection {collection_id}` "
             "(`tracebank transform` builds them itself)",
         )
 

@@ -177,6 +177,13 @@ def stats(splits: dict[str, pl.DataFrame], max_ids: list[int | None]) -> dict[st
     }
 
 
+def identical_line(ref: str, content_hash: str) -> str:
+    """What a transform that found its rows already committed as ``ref`` says."""
+    return (
+        f"identical to {ref} (hash {content_hash[:8]}): nothing written (--force writes a new version anyway)"
+    )
+
+
 def summary_line(manifest: dict[str, Any]) -> str:
     """``wrote NAME@vN: R rows (of C calls; U unrewarded, X rejected), T tokens, hash H``."""
     c = manifest["counts"]

@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.inputs import Chosen
-from tracebank.transform.manifest import content_hash, source_hash, stats, summary_line
+from tracebank.transform.manifest import content_hash, identical_line, source_hash, stats, summary_line
 from tracebank.transform.provenance import identical_version, served_models
 from tracebank.transform.writer import OpenSplit, SplitOpener
 from tracebank.warehouse.catalog import DatasetRef
@@ -45,12 +45,11 @@ class TransformResult:
         return self.record.to_json()
 
     def summary(self) -> str:
-        if self.identical:
-            return (
-                f"identical to {self.ref} (hash {self.record.content_hash[:8]}): nothing written "
-                "(--force writes a new version anyway)"
-            )
-        return summary_line(self.manifest)
+        return (
+            identical_line(str(self.ref), self.record.content_hash)
+            if self.identical
+            else summary_line(self.manifest)
+        )
 
 
 @dataclass(frozen=True)

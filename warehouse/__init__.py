@@ -10,14 +10,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "resolve_dataset",
             "resolve_run",
         ),
-        "tracebank.core.errors": (
-            "CorruptFileError",
-            "NotFoundError",
-            "QueryError",
-            "TracebankError",
-            "UsageError",
-            "WarehouseError",
-        ),
         "tracebank.warehouse.location": ("Warehouse",),
         "tracebank.warehouse.query": (
             "ResultRows",

@@ -403,7 +403,7 @@ def _warn_missing_silver(
         warn_damage(
             f"the silver tables (llm_calls, rewards, messages) leave out collection {missing[0]}{more}: "
             "its silver cache is missing or stale; the next `tracebank collect` rebuilds it "
-            f"(or now: `tracebank collect --rebuild-silver --collection {missing[0]}`)"
+            f"(or now: `tracebank rebuild-silver --collection {missing[0]}`)"
         )
 
 

@@ -308,7 +308,7 @@ class Storage:
         except CorruptFileError as exc:  # a silver file deleted or damaged: it is a cache of bronze
             raise CorruptFileError(
                 exc.message,
-                f"rebuild it with `tracebank collect --rebuild-silver --collection {collection_id}`",
+                f"rebuild it with `tracebank rebuild-silver --collection {collection_id}`",
             ) from exc
 
     def dataset_names(self) -> list[str]:

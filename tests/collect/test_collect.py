@@ -226,7 +226,7 @@ def test_succeeded_rollouts_without_llm_spans_are_warned_about(filled, wh):
 
 def test_progress_reaches_the_total(filled, wh):
     seen: list[tuple[int, int]] = []
-    collect(filled.url, wh, CollectConfig(), progress=lambda d, t: seen.append((d, t)))
+    collect(filled.url, wh, CollectConfig(), on_event=lambda e: seen.append((e.done, e.total)))
     n = len(_ids(filled, *DEFAULT_GROUPS))
     assert seen[-1] == (n, n)
 

@@ -21,6 +21,13 @@ def filled_store(store_url):
     return store_url
 
 
+def _waits(notes: list[str]):
+    """An on_event that keeps what each WaitingForWarehouse event says."""
+    from tracebank.core.events import WaitingForWarehouse
+
+    return lambda event: notes.append(event.note) if isinstance(event, WaitingForWarehouse) else None
+
+
 def test_two_collect_runs_at_once_store_everything_once(filled_store, wh):
     results, notes, errors = [], [], []
     gate = threading.Barrier(2)
@@ -28,7 +35,7 @@ def test_two_collect_runs_at_once_store_everything_once(filled_store, wh):
     def one() -> None:
         gate.wait()
         try:
-            results.append(collect(filled_store, wh, CollectConfig(), on_wait=notes.append))
+            results.append(collect(filled_store, wh, CollectConfig(), on_event=_waits(notes)))
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -59,7 +66,7 @@ def test_a_collect_waits_for_one_holding_the_warehouse_and_says_so(filled_store,
     assert try_claim(path, holder) is None
     threading.Timer(1.0, release, (path, holder)).start()
     notes: list[str] = []
-    result = collect(filled_store, wh, CollectConfig(), on_wait=notes.append)
+    result = collect(filled_store, wh, CollectConfig(), on_event=_waits(notes))
     assert len(notes) == 1 and notes[0].startswith("waiting for collect (pid ")
     assert result.counts["rollouts"] == 120
 
@@ -73,7 +80,7 @@ def test_a_collect_killed_while_holding_the_warehouse_does_not_block_the_next(fi
     path = collect_claim(wh.init())
     assert try_claim(path, Owner(dead.pid, Owner.current().host, "1", "collect")) is None
     notes: list[str] = []
-    result = collect(filled_store, wh, CollectConfig(), on_wait=notes.append)
+    result = collect(filled_store, wh, CollectConfig(), on_event=_waits(notes))
     assert notes == [] and result.counts["rollouts"] == 120
 
 
@@ -101,9 +108,9 @@ def test_duplicates_from_an_older_warehouse_are_reported_and_repaired(store_url,
     warned = run("--no-silver")
     assert warned.exit_code == 0
     assert f"Warning: {first.counts['rollouts']} attempts are stored more than once" in warned.stderr
-    assert "`tracebank collect --repair-duplicates` keeps one copy of each" in warned.stderr
+    assert "`tracebank repair-duplicates` keeps one copy of each" in warned.stderr
 
-    repaired = run("--repair-duplicates", "--no-silver")
+    repaired = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "repair-duplicates"])
     assert repaired.exit_code == 0, repaired.output
     lines = repaired.stdout.splitlines()
     assert lines[0].startswith(f"repaired {raced.collection_id}: replaced by c")
@@ -121,9 +128,9 @@ def test_duplicates_from_an_older_warehouse_are_reported_and_repaired(store_url,
 
 def _wait_note(stream) -> str:
     """The first line of a collect's stderr that says whom it waits for ('' if it never did)."""
-    for line in stream:
-        if line.startswith("waiting for "):
-            return line.strip()
+    for line in stream:  # off a terminal, each progress line starts with the seconds elapsed
+        if "] waiting for " in line:
+            return line.partition("] ")[2].strip()
     return ""
 
 

@@ -60,7 +60,7 @@ def test_unknown_collections_are_named(wh, tmp_path):
 
 def test_cli_rebuilds_silver_without_a_store(wh, warehouse_position):
     before = Storage(wh).current_silver("c1")
-    out = CliRunner().invoke(cli, cli_args(wh.root, warehouse_position, "collect", "--rebuild-silver"))
+    out = CliRunner().invoke(cli, cli_args(wh.root, warehouse_position, "rebuild-silver"))
     assert out.exit_code == 0, out.output
     after = Storage(wh).current_silver("c1")
     assert after is not None and before is not None and after.files != before.files
@@ -78,16 +78,15 @@ def test_cli_rebuilds_silver_without_a_store(wh, warehouse_position):
         (
             ["collect", "--rebuild-silver", "--store", "http://127.0.0.1:1"],
             2,
-            "Error: --rebuild-silver collects nothing, so it takes no --store "
-            "(run the two commands one after the other)\n",
+            "Error: --rebuild-silver is now `tracebank rebuild-silver [--collection ID]`\n",
         ),
         (
-            ["collect", "--store", "http://127.0.0.1:1", "--collection", "c1"],
+            ["collect", "--store", "http://127.0.0.1:1", "--repair-duplicates"],
             2,
-            "Error: --collection works only with --rebuild-silver\n",
+            "Error: --repair-duplicates is now `tracebank repair-duplicates`, then collect\n",
         ),
         (
-            ["collect", "--rebuild-silver", "--collection", "nope"],
+            ["rebuild-silver", "--collection", "nope"],
             1,
             "Error: no committed collection 'nope' in {root} (known collections: c1)\n",
         ),

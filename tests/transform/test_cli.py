@@ -233,7 +233,7 @@ def test_the_library_names_the_fix_for_missing_silver(wh):
         transform(wh, TransformConfig(name="sft"))
     assert err.value.one_line() == (
         "the silver tables of collection c9 are missing or stale (build them with "
-        "`tracebank collect --rebuild-silver --collection c9` (`tracebank transform` builds them itself))"
+        "`tracebank rebuild-silver --collection c9` (`tracebank transform` builds them itself))"
     )
     assert Storage(wh).dataset_versions("sft") == []
 
@@ -246,7 +246,9 @@ def test_the_cli_builds_missing_and_stale_silver_first(wh, warehouse_position):
     assert Storage(wh).current_silver("c1") is None
     out = _run(warehouse_position, wh, "transform", "--dataset", "sft")
     assert out.exit_code == 0, out.output
-    assert out.output.startswith("wrote sft@v1: 1 rows")
+    assert out.stdout.startswith("wrote sft@v1: 1 rows")
+    # the one progress renderer says on stderr which silver it had to build first
+    assert out.stderr.endswith("] silver of c1: 1 llm calls (1 with token ids), 1 rewards, 2 messages\n")
     built = Storage(wh).current_silver("c1")
     assert built is not None
     # A cache of another SILVER_VERSION counts as stale and is rebuilt too.

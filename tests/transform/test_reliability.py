@@ -22,9 +22,9 @@ def test_deleted_silver_file_during_transform_is_one_line_with_the_rebuild_silve
     assert out.exit_code == 1
     (line,) = out.stderr.splitlines()
     assert line.startswith(f"Error: committed file {calls} is missing")
-    assert line.endswith("(rebuild it with `tracebank collect --rebuild-silver --collection c1`)")
+    assert line.endswith("(rebuild it with `tracebank rebuild-silver --collection c1`)")
     args = ["--warehouse", str(wh.root)]
-    rebuilt = CliRunner().invoke(cli, [*args, "collect", "--rebuild-silver", "--collection", "c1"])
+    rebuilt = CliRunner().invoke(cli, [*args, "rebuild-silver", "--collection", "c1"])
     assert rebuilt.exit_code == 0, rebuilt.output
     fixed = CliRunner().invoke(cli, [*args, "transform", "--name", "ds"])
     assert fixed.exit_code == 0, fixed.output

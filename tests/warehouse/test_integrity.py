@@ -96,7 +96,7 @@ def test_replacing_a_silver_cache_is_atomic_for_readers(wh):
     _collection(wh, "c1")
     first = _silver(wh, "c1", n_calls=3)
     reader = connect(wh)  # a query that planned against the first cache...
-    second = _silver(wh, "c1", n_calls=5)  # ...while collect --rebuild-silver replaces it
+    second = _silver(wh, "c1", n_calls=5)  # ...while rebuild-silver replaces it
     assert reader.execute("SELECT count(*) FROM llm_calls").fetchall() == [(3,)]
     assert run_sql(wh, "SELECT count(*) n FROM llm_calls").to_pylist() == [{"n": 5}]
     old = {e.path for e in first.files} - {e.path for e in second.files}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,17 +63,9 @@ def demo(
     """
     import time
 
-    from tracebank.loop.demo import run_demo
     from tracebank.loop.local import output_to_log
 
-    config = DemoConfig(
-        work_dir=Path(work_dir),
-        rollouts=rollouts,
-        runners=runners,
-        iterations=iterations,
-        train=dataclasses.replace(DemoConfig().train, max_steps=max_steps),
-        server=server,
-    )
+    settings = {"rollouts": rollouts, "runners": runners, "iterations": iterations, "server": server}
     log_path = Path(work_dir).resolve() / "logs" / "demo.log"
     t0 = time.perf_counter()
     quiet = contextlib.nullcontext(sys.stderr) if verbose else output_to_log(log_path)
@@ -83,7 +74,7 @@ def demo(
         if not verbose:
             reporter.line(f"(library output goes to {log_path})")
         try:
-            result = run_demo(wh, config, on_event=reporter)
+            result = wh.demo(work_dir=Path(work_dir), max_steps=max_steps, on_event=reporter, **settings)
         finally:
             reporter.close()
     wall = time.perf_counter() - t0
@@ -210,7 +201,7 @@ def round_(
     sft_rollout_runners.py) or pass --runners N. With --then train the round ends
     by printing the model the next round serves.
     """
-    from tracebank.loop import LocalRunners, load_agent, load_tasks, run_round
+    from tracebank.loop import load_agent, load_tasks
     from tracebank.loop.local import stdout_to_stderr
 
     model = base_model or model_alias
@@ -233,19 +224,17 @@ def round_(
         stages=stages,
         timeout_s=timeout_s,
     ).validate()
-    then = config.stages.then
     agent = load_agent(agent_spec)
     reporter = Progress()
-    local = LocalRunners(store_url, agent, n=runners) if runners else contextlib.nullcontext()
     try:
-        with stdout_to_stderr(), local:
-            result = run_round(
+        with stdout_to_stderr():
+            result = wh.round(
                 store_url,
                 tasks,
                 model,
                 config,
-                wh=wh if then != "none" else None,
                 output_model=output or output_alias,
+                runners=(agent, runners) if runners else None,
                 on_event=reporter,
             )
     finally:

@@ -29,9 +29,7 @@ def gc(wh: Any, min_age_s: float, dry_run: bool) -> None:
     without cleaning up; mark runs whose process is gone as failed. Committed data and finished
     models are never touched; beside a model folder, only what a run marked as its own is removed.
     Refuses a warehouse whose top-level folders are symlinks."""
-    from tracebank.warehouse.gc import gc as run_gc
-
-    report = run_gc(wh, min_age_s=min_age_s, dry_run=dry_run)
+    report = wh.gc(min_age_s=min_age_s, dry_run=dry_run)
     for run_id in report.runs_failed:
         say(f"run {run_id}: failed (process gone)")
     for path, size in report.removed:

@@ -33,6 +33,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 #: summary equal to the one click takes from the command's docstring.
 COMMAND_MODULES = {
     "collect": "collect_cmd",
+    "rebuild-silver": "collect_cmd",
+    "repair-duplicates": "collect_cmd",
     "datasets": "transform_cmd",
     "demo": "demo_cmd",
     "export": "view_cmd",
@@ -57,6 +59,9 @@ COMMAND_SUMMARIES = {
     "without cleaning up; mark runs whose process is gone as failed.",
     "inspect": "Decode a row of DATASET (NAME or NAME@vN): masked vs trained tokens, length and reward "
     "histograms.",
+    "rebuild-silver": "Build the silver tables (llm_calls, rewards, messages) of committed collections "
+    "again.",
+    "repair-duplicates": "Keep one copy of every attempt that collects running at once stored twice.",
     "report": "Write a self-contained HTML report (plots and conversations, no network needed).",
     "rescore": "Score every archived rollout with a function of yours, without running the agents again.",
     "round": "One serving round: serve --base-model, proxy it, enqueue --tasks, wait, stop, optionally "

@@ -50,11 +50,11 @@ def warehouse_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def pass_warehouse(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Adds ``--warehouse``/``-w`` to a command and passes it the resolved Warehouse first."""
+    """Adds ``--warehouse``/``-w`` to a command and passes it the Warehouse (``tracebank.open``) first."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from tracebank.warehouse.backends import open_warehouse
+        from tracebank.api.warehouse import open as open_warehouse
 
         path = click.get_current_context().meta.get(_WAREHOUSE_KEY)
         return f(open_warehouse(path), *args, **kwargs)

@@ -73,6 +73,16 @@ def _(event: ev.RolloutProgress, max_steps: int | None = None) -> str:
 
 
 @describe.register
+def _(event: ev.WaitingForWarehouse, max_steps: int | None = None) -> str:
+    return event.note
+
+
+@describe.register
+def _(event: ev.SilverBuilt, max_steps: int | None = None) -> str:
+    return f"silver of {event.collection_id}: {event.summary}"
+
+
+@describe.register
 def _(event: ev.RolledOut, max_steps: int | None = None) -> str:
     statuses = ", ".join(f"{n} {s}" for s, n in sorted(event.statuses.items()))
     return (
@@ -192,6 +202,9 @@ class Progress:
         if isinstance(event, ev.RolloutProgress):
             failed = f", {event.failed} failed" if event.failed else ""
             self._bar("rollouts", event.total, event.done, f"{event.succeeded} ok{failed}")
+            return True
+        if isinstance(event, ev.CollectProgress):  # a bar only: off a terminal, one per page is noise
+            self._bar("collecting", max(event.total, 1), event.done, "")
             return True
         if isinstance(event, ev.RescoreProgress):
             failed = f", {event.failed} failed" if event.failed else ""

@@ -27,18 +27,12 @@ def rescore(wh: Any, quiet: bool, collections: tuple[str, ...], **options: Any) 
     collected reward) and returns a float or None; `transform --rewards NAME` then selects with
     the scores. The same scorer source over the same collections writes nothing.
     """
-    from tracebank.collect import build_silver
-    from tracebank.rescore import rescore as run_rescore
-
-    config = RescoreConfig(collections=tuple(collections), **options).validate()
-    wh.check_format()
-    from tracebank.warehouse.storage import Storage
-
-    committed = tuple(folder.name for folder, _ in Storage(wh).collections())
-    build_silver(wh, config.collections or committed)  # a missing or stale cache is built first
     progress = Progress()
+    scorer, name = options.pop("scorer"), options.pop("name")
     try:
-        result = run_rescore(wh, config, on_event=None if quiet else progress)
+        result = wh.rescore(
+            scorer, name=name, collections=collections, on_event=None if quiet else progress, **options
+        )
     finally:
         progress.close()
     say(result.summary())

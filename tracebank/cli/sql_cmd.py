@@ -47,10 +47,9 @@ def sql(
     dataset row reaches its messages through llm_calls (its span_id). Times are UTC.
     """
     from tracebank.cli.sql_input import parse_params, read_statement
-    from tracebank.warehouse.query import sql_rows
 
     sql_text, values = read_statement(statement, file), parse_params(params)
-    table = _interruptible(lambda: sql_rows(wh, sql_text, values))
+    table = _interruptible(lambda: wh.sql(sql_text, values).result_rows())
     echo_rows(table, fmt, Limits(max_rows=max_rows, max_width=max_width))
 
 

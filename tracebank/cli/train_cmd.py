@@ -120,24 +120,22 @@ def _train_option(name: str, *flags: str, **extra: Any) -> Any:
 @pass_warehouse
 def train(wh, quiet: bool, resume: str | None, target_modules: str | None, **options: Any) -> None:
     """Train a LoRA adapter on a dataset version and record the run."""
-    from tracebank.train import resume as resume_run
-    from tracebank.train import train as run_training
-
     progress = Progress()
     on_event = None if quiet else progress
     try:
         if resume:
             _refuse_settings_with_resume([n for n in options if n != "output"] + ["target_modules"])
-            record = resume_run(wh, resume, on_event=on_event, output=options["output"])
+            record = wh.resume(resume, on_event=on_event, output=options["output"])
         else:
-            record = run_training(wh, _config(options, target_modules), on_event=on_event)
+            settings = _settings(options, target_modules)
+            record = wh.train(settings.pop("dataset"), on_event=on_event, **settings)
     finally:
         progress.close()
     say(_summary_line(record))
 
 
-def _config(options: dict[str, Any], target_modules: str | None) -> TrainConfig:
-    """The TrainConfig of the command's options (from flags, a --config file and defaults)."""
+def _settings(options: dict[str, Any], target_modules: str | None) -> dict[str, Any]:
+    """The train settings of the command's options (from flags, a --config file and defaults)."""
     from tracebank.core.errors import UsageError
 
     if target_modules:
@@ -150,7 +148,7 @@ def _config(options: dict[str, Any], target_modules: str | None) -> TrainConfig:
             raise UsageError(f"--extra is not a JSON object: {exc}") from exc
         if not isinstance(options["extra"], dict):
             raise UsageError("--extra must be a JSON object of SFTConfig keys")
-    return TrainConfig(**options)
+    return options
 
 
 def _refuse_settings_with_resume(names: list[str]) -> None:
@@ -167,9 +165,12 @@ def _refuse_settings_with_resume(names: list[str]) -> None:
         )
 
 
-@click.group()
-def runs() -> None:
+@click.group(invoke_without_command=True)
+@click.pass_context
+def runs(ctx: click.Context) -> None:
     """Training runs recorded in the warehouse."""
+    if ctx.invoked_subcommand is None:  # a bare group lists, as `git remote` does
+        ctx.invoke(runs_list)
 
 
 @runs.command("list")
@@ -177,9 +178,7 @@ def runs() -> None:
 @pass_warehouse
 def runs_list(wh, fmt: str) -> None:
     """List every run, oldest first."""
-    from tracebank.train import runs_table
-
-    echo_rows(runs_table(wh), fmt)
+    echo_rows(wh.runs(), fmt)
 
 
 @runs.command("show")
@@ -188,10 +187,9 @@ def runs_list(wh, fmt: str) -> None:
 @pass_warehouse
 def runs_show(wh, run_id: str, fmt: str) -> None:
     """Show one run (an id prefix is enough): record, summary and per-step losses."""
-    from tracebank.train import run_details
     from tracebank.train.runs import format_run
 
-    details = run_details(wh, run_id)
+    details = wh.run(run_id)
     if fmt == "yaml":
         click.echo(run_config_yaml(details), nl=False)
     elif fmt == "json":
@@ -225,11 +223,9 @@ def run_config_yaml(details: dict[str, Any]) -> str:
 @pass_warehouse
 def inspect(wh, dataset: str, tokenizer: str, row: int, split: str, color: bool | None) -> None:
     """Decode a row of DATASET (NAME or NAME@vN): masked vs trained tokens, length and reward histograms."""
-    from tracebank.train import inspect_dataset
-
     use_color = sys.stdout.isatty() if color is None else color
     click.echo(
-        inspect_dataset(wh, dataset, tokenizer, row=row, split=split, color=use_color), color=use_color
+        wh.inspect(dataset, tokenizer=tokenizer, row=row, split=split, color=use_color), color=use_color
     )
 
 

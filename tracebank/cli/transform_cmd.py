@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 from typing import Any
@@ -18,6 +17,7 @@ from tracebank.cli.options import (
     replay_format_option,
 )
 from tracebank.cli.output import say
+from tracebank.cli.progress import Progress
 from tracebank.transform.config import (
     ENGINES,
     KINDS,
@@ -30,14 +30,6 @@ from tracebank.transform.config import (
     Agl1Limits,
     PreferenceRules,
     TransformConfig,
-)
-
-AGL1_OPTIONS = (
-    "level",
-    "max_prompt_length",
-    "max_response_length",
-    "max_total_length",
-    "reward_fillna_value",
 )
 
 
@@ -101,29 +93,25 @@ def transform(
     LlmProxyTraceToTriplet + the Unsloth SFT recipe's data step. The chosen
     collections' silver tables are built first where missing or stale.
     """
-    from tracebank.collect import build_silver
-    from tracebank.transform import check
-    from tracebank.transform import transform as build
-    from tracebank.transform.inputs import choose_collections
-
     name = name or click.get_current_context().meta.get("tracebank.dataset_alias")
     if not name:
         raise click.UsageError("Missing option '--dataset'.")
-    limits = Agl1Limits(**{f: options.pop(f) for f in AGL1_OPTIONS})
-    rules = PreferenceRules(**{f.name: options.pop(f.name) for f in dataclasses.fields(PreferenceRules)})
-    config = TransformConfig(
-        name=name, collections=tuple(collections), agl1=limits, preference=rules, **options
-    )
-    wh.check_format()
-    check(config)  # before any silver is built
-    chosen = tuple(cid for cid, _ in choose_collections(wh, config.collections))
-    build_silver(wh, chosen, force=rebuild_silver)
-    say(build(wh, config).summary())
+    progress = Progress()
+    try:
+        version = wh.transform(
+            name, collections=collections, rebuild_silver=rebuild_silver, on_event=progress, **options
+        )
+    finally:
+        progress.close()
+    say(version.summary())
 
 
-@click.group()
-def datasets() -> None:
+@click.group(invoke_without_command=True)
+@click.pass_context
+def datasets(ctx: click.Context) -> None:
     """List dataset versions, or show one."""
+    if ctx.invoked_subcommand is None:  # a bare group lists, as `git remote` does
+        ctx.invoke(list_cmd)
 
 
 def _short(content_hash: str) -> str:
@@ -146,7 +134,6 @@ def _created(value: str | None) -> str:
 def list_cmd(wh: Any, fmt: str) -> None:
     """Every committed version: name, version, rows, tokens, created, hash."""
     from tracebank.cli.output import echo_rows
-    from tracebank.warehouse.listings import datasets_table
     from tracebank.warehouse.query import ResultRows
 
     shown = ResultRows(
@@ -160,7 +147,7 @@ def list_cmd(wh: Any, fmt: str) -> None:
                 _created(row["created_at"]),
                 _short(str(row["content_hash"] or "")) if fmt == "table" else row["content_hash"],
             )
-            for row in datasets_table(wh).to_pylist()
+            for row in wh.datasets().to_pylist()
         ],
     )
     echo_rows(shown, fmt)
@@ -288,17 +275,13 @@ def dataset_config_yaml(ref: Any, record: Any) -> str:
 @pass_warehouse
 def show_cmd(wh: Any, ref: str, fmt: str, as_json: bool) -> None:
     """The manifest of NAME@vN (latest version when unversioned)."""
-    from tracebank.warehouse.catalog import resolve_dataset
-
-    wh.check_format()
-    resolved, folder, record = resolve_dataset(wh, ref)
-    manifest = record.to_json()
+    version = wh.dataset(ref)
     if fmt == "yaml" and not as_json:
-        click.echo(dataset_config_yaml(resolved, record), nl=False)
+        click.echo(dataset_config_yaml(version.ref, version.record), nl=False)
     elif as_json or fmt == "json":
-        click.echo(json.dumps(manifest, indent=2, sort_keys=True))
+        click.echo(json.dumps(version.manifest, indent=2, sort_keys=True))
     else:
-        say(show_text(resolved, folder, manifest))
+        say(show_text(version.ref, version.folder, version.manifest))
 
 
 COMMANDS = [transform, datasets]

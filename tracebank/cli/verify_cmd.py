@@ -16,9 +16,8 @@ def verify(wh: Any) -> None:
     """Check every committed file against the size and sha256 its manifest records (like
     `git fsck`); name each damaged file. Exits 1 when anything is damaged."""
     from tracebank.core.errors import CorruptFileError
-    from tracebank.warehouse.verify import verify as run_verify
 
-    report = run_verify(wh)
+    report = wh.verify()
     for path, problem in report.damaged:
         say(f"damaged {path}: {problem}")
     for note in report.notes:
@@ -27,7 +26,7 @@ def verify(wh: Any) -> None:
     if report.damaged:
         raise CorruptFileError(
             f"{len(report.damaged)} damaged file(s) in {wh.location}",
-            "restore them from a backup; silver caches rebuild with `tracebank collect --rebuild-silver`",
+            "restore them from a backup; silver caches rebuild with `tracebank rebuild-silver`",
         )
 
 

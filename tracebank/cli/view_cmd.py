@@ -23,9 +23,7 @@ from tracebank.view.config import EXPORT_FORMATS, PREFERENCE_FORMATS, ExportConf
 @pass_warehouse
 def show(wh: Any, rollout: str | None, **options: Any) -> None:
     """Show a ROLLOUT (or the best/worst N, or a dataset row) as a conversation."""
-    from tracebank.view import show as show_view
-
-    click.echo(show_view(wh, ShowConfig(rollout_id=rollout, **options)))
+    click.echo(wh.show(rollout, **options))
 
 
 @click.command()
@@ -45,9 +43,7 @@ def show(wh: Any, rollout: str | None, **options: Any) -> None:
 @pass_warehouse
 def report(wh: Any, **options: Any) -> None:
     """Write a self-contained HTML report (plots and conversations, no network needed)."""
-    from tracebank.view import report as report_view
-
-    say(report_view(wh, ReportConfig(**options)).summary())
+    say(wh.report(**options).summary())
 
 
 @click.command()
@@ -60,9 +56,8 @@ def report(wh: Any, **options: Any) -> None:
 @pass_warehouse
 def export(wh: Any, dataset: str, **options: Any) -> None:
     """Export dataset version NAME[@vN] as chat data (OpenAI JSONL, TRL rows or an HF folder)."""
-    from tracebank.view import export as export_view
-
-    say(export_view(wh, ExportConfig(dataset=dataset, **options)).summary())
+    to = options.pop("format")
+    say(wh.export(dataset, to=to, **options).summary())
 
 
 COMMANDS = [show, report, export]

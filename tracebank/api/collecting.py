@@ -1,0 +1,83 @@
+"""Warehouse methods that fill it: collect, rebuild its silver tables, repair duplicates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracebank.api.base import Handle
+from tracebank.api.options import build_config
+from tracebank.core.events import OnEvent
+
+if TYPE_CHECKING:
+    from tracebank.collect import CollectResult, Source
+    from tracebank.collect.repair import RepairResult
+    from tracebank.warehouse.records import SilverManifest
+
+
+def _source(source: str | Path | Source, version: str, agl_key: str) -> Source:
+    """A spool folder (a Path, or text naming a folder that exists), a store or agl-server URL,
+    or a Source as it is."""
+    from tracebank.collect import SpoolSource, server_source
+
+    if isinstance(source, Path) or (
+        isinstance(source, str) and "://" not in source and Path(source).is_dir()
+    ):
+        return SpoolSource(Path(source))
+    if isinstance(source, str):
+        return server_source(source, agl_key, version)
+    return source
+
+
+def _check_tag(tag: str | None) -> None:
+    from tracebank.collect.errors import CollectUsageError
+
+    if tag is not None and (not tag.strip() or "\n" in tag or len(tag) > 100):
+        raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
+
+
+class CollectMethods(Handle):
+    def collect(
+        self,
+        source: str | Path | Source,
+        *,
+        version: str = "auto",
+        agl_key: str = "",
+        on_event: OnEvent | None = None,
+        **options: Any,
+    ) -> CollectResult:
+        """Copy new rollouts from ``source`` into one new collection, then build its silver tables.
+
+        ``source``: an ``agl store`` (0.3) or ``agl-server`` (1.0) URL, or a spool folder that
+        tracebank's 1.0 trainer hook filled. ``version``: auto, agl03 or agl1 (of a URL);
+        ``agl_key``: an agl-server's API key. Other keywords are :class:`CollectConfig`'s
+        (``tag``, ``statuses``, ``since``...); without ``statuses`` a 1.0 source takes succeeded
+        and failed rollouts. Attempts already in the warehouse are skipped.
+        """
+        from tracebank.collect import collect, parse_since
+        from tracebank.collect.config import AGL1_STATUSES, CollectConfig
+
+        _check_tag(options.get("tag"))
+        if isinstance(options.get("since"), str):
+            options["since"] = parse_since(options["since"])
+        src = _source(source, version, agl_key)
+        if not options.get("statuses"):  # not chosen: 1.0 trains on failed rollouts too
+            options.pop("statuses", None)
+            if src.records == "events":
+                options["statuses"] = AGL1_STATUSES
+        config = build_config(CollectConfig, options, "collect").validate()
+        return collect(src, self, config, on_event=on_event)
+
+    def rebuild_silver(self, collections: tuple[str, ...] | list[str] = ()) -> list[SilverManifest]:
+        """Build the silver tables (llm_calls, rewards, messages) of ``collections`` (default:
+        every committed collection) again from their bronze files."""
+        from tracebank.collect import build_silver
+
+        return build_silver(self.readable(), tuple(collections), force=True)
+
+    def repair_duplicates(self, on_event: OnEvent | None = None) -> RepairResult:
+        """Keep one copy of every attempt that collects running at once stored twice."""
+        from tracebank.collect.batch import new_collection_id
+        from tracebank.collect.repair import repair_duplicates
+
+        return repair_duplicates(self.readable(), new_collection_id, on_event=on_event)
