@@ -294,6 +294,8 @@ class ModelLoaded(Event):
     total_params: int
     trainable_percent: float
     note: str | None = None
+    pad_token_id: int | None = None
+    """The tokenizer's padding id the model trains (and is saved) with: the eos id when it had none."""
 
 
 @dataclass(frozen=True)
@@ -321,6 +323,39 @@ class ModelSaved(Event):
     save: str | None
     dtype: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointSaved(Event):
+    """The child finished a resumable checkpoint (``--save-steps``) and marked it whole."""
+
+    kind: ClassVar[str] = "checkpoint"
+    step: int
+
+
+@dataclass(frozen=True)
+class ChildDone(Event):
+    """The child trained and saved: its training stats and what it wrote (the run's result)."""
+
+    kind: ClassVar[str] = "done"
+    stats: dict[str, Any]
+    saved: dict[str, Any] | None
+
+
+#: Why a child failed: a TrainError it raised (``train``) or anything else (``crash``).
+FAILURE_CAUSES = ("train", "crash")
+
+
+@dataclass(frozen=True)
+class ChildFailed(Event):
+    """The child stopped on an error: ``cause`` is ``train`` (a TrainError, with its hint and exit
+    code) or ``crash`` (any other exception: its type and first line; the traceback is in train.log)."""
+
+    kind: ClassVar[str] = "error"
+    cause: str
+    message: str
+    hint: str | None = None
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True)
@@ -357,24 +392,40 @@ _KINDS: dict[str, type[Event]] = {
         TrainBegin,
         MetricLogged,
         ModelSaved,
+        CheckpointSaved,
+        ChildDone,
+        ChildFailed,
         RunFinished,
     )
 }
 
 
-def event_from_dict(data: dict[str, Any]) -> Event | None:
-    """The typed event of a wire dict (``{"event": kind, ...}``); None for a kind that is no progress
-    event (the training child's own ``done`` and ``error`` messages).
+def event_from_dict(data: Any) -> Event | None:
+    """The typed event of a wire dict (``{"event": kind, ...}``); None for anything else (not an
+    object, a kind no event has, a required field missing), which a reader skips.
 
-    Keys the event has no field for go to its ``extra`` field where it has one.
+    Keys the event has no field for go to its ``extra`` field where it has one (with what its own
+    ``extra`` held, so ``event_from_dict(e.to_dict()) == e``), else are ignored.
     """
+    if not isinstance(data, dict):
+        return None
     cls = _KINDS.get(str(data.get("event")))
     if cls is None:
         return None
     if cls is MetricLogged:
         return MetricLogged(Metric.from_dict(data))
-    names = {f.name for f in dataclasses.fields(cls)}
+    fields = dataclasses.fields(cls)
+    names = {f.name for f in fields}
+    required = {
+        f.name
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    if not required <= data.keys():
+        return None
     values = {k: v for k, v in data.items() if k in names and k != "extra"}
     if "extra" in names:
-        values["extra"] = {k: v for k, v in data.items() if k not in names and k != "event"}
+        own = data.get("extra")
+        unknown = {k: v for k, v in data.items() if k not in names and k != "event"}
+        values["extra"] = {**(own if isinstance(own, dict) else {}), **unknown}
     return cls(**values)

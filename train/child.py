@@ -3,7 +3,9 @@
 A separate process so the accelerator's memory is returned to the system when training
 ends (vLLM serves the next round from the same GPU), and so a crash, an out-of-memory
 kill or a timeout takes down only this process while the parent records the run as failed.
-It reports to the parent as JSON lines into the FIFO the spec names (``events``); its stdout
+It reads its instructions from a :class:`~tracebank.train.spec.ChildSpec` file and reports to the
+parent with the typed events of `core.events`, one JSON line each (``to_dict``) into the FIFO the
+spec names (``events``); its stdout
 and stderr go to the run's train.log. With several ranks every rank runs this module and only
 each node's local rank 0 reports (its node's parent reads the FIFO). On one node the ranks
 initialise their process group themselves (:func:`join_local_ranks`).
@@ -19,7 +21,9 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+
+from tracebank.core.events import ChildDone, ChildFailed, ChildStarted, Event
 
 #: Set to 1 to let the training child import vLLM (tracebank's training never uses it).
 ALLOW_VLLM_VARIABLE = "TRACEBANK_TRAIN_ALLOW_VLLM"
@@ -93,14 +97,14 @@ def join_local_ranks() -> None:
     )
 
 
-def _channel(spec: dict[str, Any]) -> Any:
+def _channel(events: str) -> Callable[[Event], None]:
     """The event writer of this process: local rank 0 writes into the FIFO, other ranks drop events."""
     if int(os.environ.get("LOCAL_RANK", "0")) != 0:
         return lambda event: None
-    channel = open(spec["events"], "w", buffering=1, encoding="utf-8")  # noqa: SIM115 (open until exit)
+    channel = open(events, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 (open until exit)
 
-    def emit(event: dict[str, Any]) -> None:
-        channel.write(json.dumps(event, default=str) + "\n")
+    def emit(event: Event) -> None:
+        channel.write(json.dumps(event.to_dict(), default=str) + "\n")
         channel.flush()
 
     return emit
@@ -110,43 +114,38 @@ def main(argv: list[str]) -> int:
     spec_path = argv[0]
     end_with_parent(os.getppid())
     hide_vllm()
-    with open(spec_path, encoding="utf-8") as fh:
-        spec = json.load(fh)
-    emit = _channel(spec)
+    from tracebank.train.errors import TrainError
+    from tracebank.train.spec import ChildSpec
+
+    try:
+        spec = ChildSpec.read(Path(spec_path))
+    except TrainError as exc:  # no FIFO to report on: the spec names it
+        print(exc.one_line(), file=sys.stderr)
+        return exc.exit_code
+    emit = _channel(spec.events)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    emit({"event": "started", "pid": os.getpid()})
+    emit(ChildStarted(pid=os.getpid()))
 
     from tracebank.train.dpo import DPORecipe
-    from tracebank.train.errors import TrainError
     from tracebank.train.recipe import SFTRecipe
 
-    recipe = (DPORecipe if spec["config"].get("method") == "dpo" else SFTRecipe)(spec, emit)
+    recipe = (DPORecipe if spec.config.method == "dpo" else SFTRecipe)(spec, emit)
     try:
         join_local_ranks()
         recipe.setup()
         stats = recipe.train()
         saved = recipe.save()
-        emit({"event": "done", "stats": stats, "saved": saved})
+        emit(ChildDone(stats=stats, saved=saved))
         return 0
     except TrainError as exc:
         print(f"rank {os.environ.get('RANK', '0')}: {exc.one_line()}", file=sys.stderr)
-        emit(
-            {
-                "event": "error",
-                "kind": "train",
-                "message": exc.message,
-                "hint": exc.hint,
-                "exit_code": exc.exit_code,
-            }
-        )
+        emit(ChildFailed(cause="train", message=exc.message, hint=exc.hint, exit_code=exc.exit_code))
         return 3
     except BaseException as exc:
         traceback.print_exc()
         text = str(exc).strip().splitlines()
-        emit(
-            {"event": "error", "kind": "crash", "message": f"{type(exc).__name__}: {text[0] if text else ''}"}
-        )
+        emit(ChildFailed(cause="crash", message=f"{type(exc).__name__}: {text[0] if text else ''}"))
         return 1
     finally:
         recipe.cleanup()

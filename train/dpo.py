@@ -143,7 +143,7 @@ class DPORecipe(SFTRecipe):
             raise TrainError(
                 "DPO cannot train a LoRA adapter on lm_head", "drop lm_head from --target-modules"
             )
-        splits, keep = spec["splits"], spec.get("keep_rows", {})
+        splits, keep = spec.splits, spec.keep_rows
         train = load_pairs([Path(p) for p in splits["train"]], keep.get("train"))
         has_eval = "validation" in splits and config.eval_strategy != "no"
         evaluation = load_pairs([Path(p) for p in splits["validation"]]) if has_eval else None
@@ -158,7 +158,7 @@ class DPORecipe(SFTRecipe):
             **training_arguments(config, resolved, spec, strategy),
             beta=config.beta,
             loss_type=[config.dpo_loss],
-            max_length=spec["max_length"],
+            max_length=spec.max_length,
             precompute_ref_log_probs=False,
         )
         self.trainer = _trainer_class()(
@@ -168,12 +168,12 @@ class DPORecipe(SFTRecipe):
             train_dataset=train,
             eval_dataset=evaluation,
             processing_class=self.tokenizer,
-            data_collator=_collator(self.tokenizer.pad_token_id, spec["max_length"]),
+            data_collator=_collator(self.tokenizer.pad_token_id, spec.max_length),
             callbacks=self.callbacks(strategy),
         )
 
     def train(self) -> dict[str, Any]:
-        resume = self.spec.get("resume_from")
+        resume = self.spec.resume_from
         if resume:
             # transformers' resume loads only the adapters in a checkpoint's subfolders once there are any
             # (TRL's frozen reference copy lives in ref/), leaving the trained one at the top fresh.

@@ -17,13 +17,24 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.events import (
+    CheckpointSaved,
+    Event,
+    Metric,
+    MetricLogged,
+    ModelLoaded,
+    ModelSaved,
+    TrainBegin,
+)
 from tracebank.train import checkpoints, preflight
 from tracebank.train.collate import PackCollator, PadCollator
 from tracebank.train.config import Environment, Resolved, TrainConfig
 from tracebank.train.dataset import load_split
 from tracebank.train.errors import TrainConfigError, TrainError
+from tracebank.train.spec import ChildSpec
 
-Emit = Callable[[dict[str, Any]], None]
+#: How a recipe reports to the parent: one typed event at a time.
+Emit = Callable[[Event], None]
 
 
 def detect_environment(want_unsloth: bool) -> tuple[Environment, str | None]:
@@ -62,11 +73,9 @@ def metric_callback(emit: Emit) -> Any:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.started = time.perf_counter()
             emit(
-                {
-                    "event": "train_begin",
-                    "max_steps": state.max_steps,
-                    "epochs": args.num_train_epochs if args.max_steps <= 0 else None,
-                }
+                TrainBegin(
+                    max_steps=state.max_steps, epochs=args.num_train_epochs if args.max_steps <= 0 else None
+                )
             )
 
         def on_log(
@@ -77,35 +86,31 @@ def metric_callback(emit: Emit) -> Any:
             if "num_tokens" in logs:
                 self.tokens = int(logs["num_tokens"])
             if "loss" in logs:
-                emit(
-                    {
-                        "event": "metric",
-                        "split": "train",
-                        "step": state.global_step,
-                        "epoch": logs.get("epoch"),
-                        "loss": logs["loss"],
-                        "learning_rate": logs.get("learning_rate"),
-                        "grad_norm": logs.get("grad_norm"),
-                        "tokens": self.tokens,
-                        "time": elapsed,
-                        "token_accuracy": logs.get("mean_token_accuracy"),
-                        **dpo_metrics(logs, ""),
-                    }
+                metric = Metric(
+                    step=state.global_step,
+                    split="train",
+                    loss=logs["loss"],
+                    epoch=logs.get("epoch"),
+                    learning_rate=logs.get("learning_rate"),
+                    grad_norm=logs.get("grad_norm"),
+                    tokens=self.tokens,
+                    time=elapsed,
+                    token_accuracy=logs.get("mean_token_accuracy"),
+                    **dpo_metrics(logs, ""),
                 )
+                emit(MetricLogged(metric))
             if "eval_loss" in logs:
-                emit(
-                    {
-                        "event": "metric",
-                        "split": "eval",
-                        "step": state.global_step,
-                        "epoch": logs.get("epoch"),
-                        "loss": logs["eval_loss"],
-                        "tokens": self.tokens,
-                        "time": elapsed,
-                        "token_accuracy": logs.get("eval_mean_token_accuracy"),
-                        **dpo_metrics(logs, "eval_"),
-                    }
+                metric = Metric(
+                    step=state.global_step,
+                    split="eval",
+                    loss=logs["eval_loss"],
+                    epoch=logs.get("epoch"),
+                    tokens=self.tokens,
+                    time=elapsed,
+                    token_accuracy=logs.get("eval_mean_token_accuracy"),
+                    **dpo_metrics(logs, "eval_"),
                 )
+                emit(MetricLogged(metric))
 
     return MetricsToRecord()
 
@@ -134,7 +139,7 @@ def _checkpoint_callback(emit: Emit) -> Any:
             folder = Path(args.output_dir) / f"{checkpoints.PREFIX}{state.global_step}"
             if state.is_world_process_zero and folder.is_dir():
                 checkpoints.mark_complete(folder)
-                emit({"event": "checkpoint", "step": state.global_step})
+                emit(CheckpointSaved(step=state.global_step))
 
     return MarkCheckpoints()
 
@@ -206,10 +211,10 @@ def _trainer_class(fused: bool) -> Any:
 
 
 def training_arguments(
-    config: TrainConfig, resolved: Resolved, spec: dict[str, Any], strategy: str
+    config: TrainConfig, resolved: Resolved, spec: ChildSpec, strategy: str
 ) -> dict[str, Any]:
     """The TrainingArguments both methods share (SFTConfig and DPOConfig add their own)."""
-    scratch = Path(spec["scratch_dir"])
+    scratch = Path(spec.scratch_dir)
     ranks = Ranks.from_env()
     return dict(
         output_dir=str(checkpoints.checkpoints_dir(scratch)),
@@ -301,9 +306,9 @@ def check_same_dataset(args: Any, content_hash: str | None) -> None:
 class SFTRecipe:
     """Supervised fine-tuning of a LoRA adapter on one dataset version's pre-tokenized rows."""
 
-    def __init__(self, spec: dict[str, Any], emit: Emit) -> None:
+    def __init__(self, spec: ChildSpec, emit: Emit) -> None:
         self.spec = spec
-        self.config = TrainConfig.from_dict(spec["config"])
+        self.config = spec.config
         self.emit = emit
         self.trainer: Any = None
         self.tokenizer: Any = None
@@ -331,15 +336,14 @@ class SFTRecipe:
         try:
             model, self.tokenizer = self.backend.load(spec, resolved)
         except (OSError, ValueError, RuntimeError) as exc:
-            raise TrainError(f"cannot load base model {spec['base_model']}: {_first_line(exc)}") from exc
+            raise TrainError(f"cannot load base model {spec.base_model}: {_first_line(exc)}") from exc
         if config.finetune == "lora":
             names = [name for name, _ in model.named_modules()]
-            preflight.check_targets(config.target_modules, names, spec["base_model"])
+            preflight.check_targets(config.target_modules, names, spec.base_model)
         vocab = model.get_input_embeddings().weight.shape[0]
-        if spec["max_token_id"] >= vocab:
+        if spec.max_token_id >= vocab:
             raise TrainError(
-                f"dataset holds token id {spec['max_token_id']}, outside the model's "
-                f"embedding of {vocab} rows",
+                f"dataset holds token id {spec.max_token_id}, outside the model's embedding of {vocab} rows",
                 "the dataset was built with another tokenizer",
             )
         loaded_4bit = is_loaded_in_4bit(model)
@@ -352,16 +356,15 @@ class SFTRecipe:
             model = self._attach_adapter(model)
         trainable, total = parameter_counts(model)
         self.emit(
-            {
-                "event": "loaded",
-                "backend": resolved.backend,
-                "resolved": vars(resolved),
-                "trainable_params": int(trainable),
-                "total_params": int(total),
-                "trainable_percent": round(100 * trainable / max(total, 1), 4),
-                "pad_token_id": self.tokenizer.pad_token_id,
-                "note": note,
-            }
+            ModelLoaded(
+                backend=resolved.backend,
+                resolved=dataclasses.asdict(resolved),
+                trainable_params=int(trainable),
+                total_params=int(total),
+                trainable_percent=round(100 * trainable / max(total, 1), 4),
+                note=note,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
         )
         return model
 
@@ -371,7 +374,7 @@ class SFTRecipe:
             return self.backend.attach_adapter(model, self.spec, self.resolved)
         except Exception as exc:  # peft and unsloth raise many types; the run needs one line
             raise TrainError(
-                f"cannot attach LoRA adapters to {self.spec['base_model']}: {_first_line(exc)}",
+                f"cannot attach LoRA adapters to {self.spec.base_model}: {_first_line(exc)}",
                 "check --target-modules against the model's layer names",
             ) from exc
 
@@ -379,8 +382,8 @@ class SFTRecipe:
         model = self.load_model()
         config, spec, resolved = self.config, self.spec, self.resolved
         assert resolved is not None
-        scratch = Path(spec["scratch_dir"])
-        splits, keep = spec["splits"], spec.get("keep_rows", {})
+        scratch = Path(spec.scratch_dir)
+        splits, keep = spec.splits, spec.keep_rows
         cache = scratch / "hf-cache" / f"rank-{self.ranks.local_rank}"  # ranks never share a file
         train = load_split([Path(p) for p in splits["train"]], cache, keep.get("train"))
         has_eval = "validation" in splits and config.eval_strategy != "no"
@@ -389,7 +392,7 @@ class SFTRecipe:
             if has_eval
             else None
         )
-        cut = spec["max_length"] if spec["truncate"] else None
+        cut = spec.max_length if spec.truncate else None
         if config.packing:
             prepare_packing(model)
         collator: Any = (
@@ -400,19 +403,19 @@ class SFTRecipe:
         from trl import SFTConfig
 
         strategy = config.eval_strategy if has_eval else "no"
-        if spec.get("logging_dir"):  # transformers' TensorBoard callback reads its folder from here
-            os.environ.setdefault("TENSORBOARD_LOGGING_DIR", spec["logging_dir"])
+        if spec.logging_dir:  # transformers' TensorBoard callback reads its folder from here
+            os.environ.setdefault("TENSORBOARD_LOGGING_DIR", spec.logging_dir)
         args = SFTConfig(
             **training_arguments(config, resolved, spec, strategy),
             # TRL's default is 1,024 tokens; the dataset's own longest row (or --max-length) instead.
-            max_length=spec["max_length"],
+            max_length=spec.max_length,
             packing=False,
             # Rows are already token ids with their loss mask; TRL must neither re-tokenize nor
             # rebuild labels, and the collator needs attention_mask, so no column is dropped.
             dataset_kwargs={"skip_prepare_dataset": True},
         )
         if self.ranks.world_size > 1:
-            check_same_dataset(args, spec["content_hash"])
+            check_same_dataset(args, spec.content_hash)
         callbacks = self.callbacks(strategy)
         # Unsloth brings its own fused cross-entropy in the model's forward; TRL's Triton head is
         # used only on the plain TRL path.
@@ -441,7 +444,7 @@ class SFTRecipe:
 
     def train(self) -> dict[str, Any]:
         started = time.perf_counter()
-        output = self.trainer.train(resume_from_checkpoint=self.spec.get("resume_from"))
+        output = self.trainer.train(resume_from_checkpoint=self.spec.resume_from)
         state = self.trainer.state
         runtime = float(output.metrics.get("train_runtime", time.perf_counter() - started))
         tokens = next((int(h["num_tokens"]) for h in reversed(state.log_history) if "num_tokens" in h), None)
@@ -468,14 +471,15 @@ class SFTRecipe:
             model = self.trainer.accelerator.unwrap_model(model)
         if not self.leader:
             return {"save": None, "rank": self.ranks.rank}
-        out = self.spec["staging_dir"]
+        out = self.spec.staging_dir
         if self.config.finetune == "full":
             from tracebank.train.backends.trl_peft import save_whole
 
             info = save_whole(model, self.tokenizer, out, self.resolved.save_dtype, state)
         else:
             info = self.backend.save(model, self.tokenizer, out, self.spec, self.resolved)
-        self.emit({"event": "saved", **info})
+        rest = {k: v for k, v in info.items() if k not in ("save", "dtype")}
+        self.emit(ModelSaved(save=info.get("save"), dtype=info.get("dtype"), extra=rest))
         return info
 
     def cleanup(self) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import shutil
 import tempfile
 import time
@@ -39,6 +38,7 @@ from tracebank.train.errors import TrainConfigError, TrainError
 from tracebank.train.hub import resolve_base_model
 from tracebank.train.model_card import write_model_card, written_by_train
 from tracebank.train.record import RunRecord, RunWriter, library_versions, new_run_id, now, summarise
+from tracebank.train.spec import ChildSpec
 from tracebank.train.supervisor import ChildRun, child_command
 from tracebank.warehouse import catalog
 from tracebank.warehouse.claims import Claim, Owner, output_claim, release, try_claim
@@ -91,26 +91,41 @@ def _spec(
     version: DatasetVersion,
     plan: preflight.Plan,
     base: Path,
-    staging: Path,
-    scratch: Path,
-    logging_dir: Path,
-) -> dict[str, Any]:
-    return {
-        "config": config.to_dict(),
-        "base_model": str(base),
-        "splits": {split: [str(p) for p in paths] for split, paths in version.split_files().items()},
-        "keep_rows": plan.keep_rows,
-        "max_length": plan.max_length,
-        "truncate": plan.dataset_max_length > plan.max_length,
-        "max_token_id": plan.max_token_id,
-        "staging_dir": str(staging),
-        "scratch_dir": str(scratch),
-        "events": str(scratch / "events"),
-        "content_hash": version.content_hash,
+    folders: tuple[Path, Path, Path],
+    resume_from: Path | None = None,
+) -> ChildSpec:
+    """What the child trains: ``folders`` are (staging, scratch, logging_dir)."""
+    staging, scratch, logging_dir = folders
+    return ChildSpec(
+        config=config,
+        base_model=str(base),
+        splits={split: [str(p) for p in paths] for split, paths in version.split_files().items()},
+        keep_rows=plan.keep_rows,
+        max_length=plan.max_length,
+        truncate=plan.dataset_max_length > plan.max_length,
+        max_token_id=plan.max_token_id,
+        staging_dir=str(staging),
+        scratch_dir=str(scratch),
+        events=str(scratch / "events"),
+        content_hash=version.content_hash,
         # Trackers that write files (tensorboard) write them beside the run record, not into
         # the scratch folder that is removed at the end.
-        "logging_dir": str(logging_dir),
-    }
+        logging_dir=str(logging_dir),
+        resume_from=str(resume_from) if resume_from else None,
+    )
+
+
+def _run_child(child: ChildRun, config: TrainConfig, spec: ChildSpec, log: Path) -> None:
+    """Run the child on ``spec``. The spec file is written into a folder of this user's own (mode
+    0700, outside the warehouse, which co-workers may write to), so the child reads what the runner
+    wrote: a spec swapped in the scratch folder could send the model anywhere (``staging_dir``)."""
+    private = Path(tempfile.mkdtemp(prefix="tracebank-spec-"))
+    try:
+        spec_path = private / "spec.json"
+        spec.write(spec_path)
+        child.run(child_command(config, spec_path), Path(spec.events), log)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 @dataclass
@@ -167,17 +182,17 @@ def _join_as_node(wh: Warehouse, run: _Run, emit: OnEvent) -> RunRecord:
     record, config = run.record, run.config
     plan = _check(run, None, emit)
     scratch = Path(tempfile.mkdtemp(prefix=f"tracebank-train-node{config.node_rank}-"))
-    spec = _spec(config, run.version, plan, run.base, scratch / "staging", scratch, scratch / "tracker-logs")
-    spec_path = scratch / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
+    spec = _spec(
+        config, run.version, plan, run.base, (scratch / "staging", scratch, scratch / "tracker-logs")
+    )
     child = ChildRun(record.run_id, None, config.timeout, emit)
-    child.run(child_command(config, spec_path), Path(spec["events"]), scratch / "train.log")
+    _run_child(child, config, spec, scratch / "train.log")
     failure = child.failure()
     if failure is not None:
         raise failure
     shutil.rmtree(scratch, ignore_errors=True)
     record.status, record.finished_at = "succeeded", now()
-    record.summary = {**summarise(child.metrics), **(child.result or {}).get("stats", {})}
+    record.summary = {**summarise(child.metrics), **(child.result.stats if child.result else {})}
     return record
 
 
@@ -381,21 +396,19 @@ def _train_and_publish(
     shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's half-saved model
     run.output.parent.mkdir(parents=True, exist_ok=True)
     create_staging(staging, record.run_id, record.owner or {})  # its mark lets gc remove it if we die
+    folders = (staging, scratch, wh.run_dir(record.run_id) / "tracker-logs")
     spec = _spec(
-        config, run.version, plan, run.base, staging, scratch, wh.run_dir(record.run_id) / "tracker-logs"
+        config, run.version, plan, run.base, folders, run.resume_from[1] if run.resume_from else None
     )
-    spec["resume_from"] = str(run.resume_from[1]) if run.resume_from else None
-    spec_path = scratch / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
     child = ChildRun(record.run_id, writer, config.timeout, emit)
-    child.run(child_command(config, spec_path), Path(spec["events"]), writer.folder / "train.log")
+    _run_child(child, config, spec, writer.folder / "train.log")
     failure = child.failure()
     record.summary = {**summarise(earlier + child.metrics), "wall_s": round(time.perf_counter() - wall, 3)}
     if child.result is not None:
-        stats = dict(child.result.get("stats", {}))
+        stats = dict(child.result.stats)
         record.best_checkpoint = stats.pop("best_checkpoint", None)
         record.summary.update(stats)
-        record.model["saved"] = child.result.get("saved")
+        record.model["saved"] = child.result.saved
     if failure is not None:
         raise failure
     write_model_card(staging, record)  # provenance travels with the model folder, and marks it

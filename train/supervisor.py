@@ -1,9 +1,10 @@
 """The training child seen from the parent: start it (one process, or one per rank through
 ``train.launch``), pump its events into the run record, stop it.
 
-The child reports JSON lines (``loaded``, ``metric``, ``checkpoint``, ``done``, ``error``); this
-is the one place that turns them into run-record updates, metrics.jsonl lines and progress
-events. A timeout kills the child's whole process group.
+The child reports typed events of `core.events` as JSON lines (ModelLoaded, MetricLogged,
+CheckpointSaved, ChildDone, ChildFailed, ...); this is the one place that turns them into run-record
+updates, metrics.jsonl lines and progress events, dispatching on their type. A line that is no
+known event is skipped. A timeout kills the child's whole process group.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tracebank.core.events import Metric, OnEvent, event_from_dict
+from tracebank.core.events import (
+    CheckpointSaved,
+    ChildDone,
+    ChildFailed,
+    Event,
+    MetricLogged,
+    ModelLoaded,
+    OnEvent,
+    event_from_dict,
+)
 from tracebank.train.config import TrainConfig
 from tracebank.train.errors import TrainConfigError, TrainError
 from tracebank.train.record import RunWriter
@@ -69,8 +79,10 @@ class ChildRun:
         self.deadline: float | None = None
         self.on_event = on_event
         self.metrics: list[dict[str, Any]] = []
-        self.result: dict[str, Any] | None = None
-        self.error: dict[str, Any] | None = None
+        #: the child's result (its training stats and what it saved), once it sent one
+        self.result: ChildDone | None = None
+        #: the error the child reported, if it did
+        self.error: ChildFailed | None = None
         self.timed_out = False
         self.returncode: int | None = None
 
@@ -121,7 +133,7 @@ class ChildRun:
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
-                    self._handle(line)
+                    self._receive(line)
             elif ready and connected:
                 return  # the child closed its end: it is exiting
             elif proc.poll() is not None:
@@ -149,42 +161,38 @@ class ChildRun:
             except subprocess.TimeoutExpired:
                 continue
 
-    def _handle(self, line: bytes) -> None:
+    def _receive(self, line: bytes) -> None:
+        """Handle one line of the FIFO; one that is no event (torn, or not ours) is skipped."""
         try:
-            event = json.loads(line)
+            event = event_from_dict(json.loads(line))
         except ValueError:
             return
-        kind = event.get("event")
-        if kind == "metric":
-            self.metrics.append(Metric.from_dict(event).to_dict())
-        elif kind == "done":
-            self.result = event
-        elif kind == "error":
-            self.error = event
-        if self.writer is not None:
-            self._record(kind, event, self.writer)
-        typed = event_from_dict({"run_id": self.run_id, **event})
-        if typed is not None:
-            self.on_event(typed)
+        if event is not None:
+            self._handle(event)
 
-    @staticmethod
-    def _record(kind: str | None, event: dict[str, Any], writer: RunWriter) -> None:
-        """Write what an event changes into the run record and metrics.jsonl."""
-        record = writer.record
-        if kind == "loaded":
-            record.backend = event["backend"]
-            record.resolved = event["resolved"]
-            record.model.update(
-                {k: event[k] for k in ("trainable_params", "total_params", "trainable_percent")}
-            )
-            if event.get("note"):
-                record.model["note"] = event["note"]
-            writer.write()
-        elif kind == "metric":
-            writer.append_metric({**Metric.from_dict(event).to_dict(), "attempt": writer.attempt["attempt"]})
-        elif kind == "checkpoint":
-            writer.attempt["last_checkpoint"] = event["step"]
-            writer.write()
+    def _handle(self, event: Event) -> None:
+        """Keep what the run's end needs, record what changes the run, pass progress on."""
+        writer = self.writer
+        match event:
+            case ChildDone():
+                self.result = event
+            case ChildFailed():
+                self.error = event
+            case CheckpointSaved(step=step):
+                if writer is not None:
+                    writer.attempt["last_checkpoint"] = step
+                    writer.write()
+            case MetricLogged(metric=metric):
+                self.metrics.append(metric.to_dict())
+                if writer is not None:
+                    writer.append_metric({**metric.to_dict(), "attempt": writer.attempt["attempt"]})
+                self.on_event(event)
+            case ModelLoaded():
+                if writer is not None:
+                    _record_loaded(event, writer)
+                self.on_event(event)
+            case _:
+                self.on_event(event)
 
     def failure(self) -> TrainError | None:
         """The reason the run failed, or None when it succeeded."""
@@ -195,10 +203,10 @@ class ChildRun:
                 "raise --timeout, or lower --epochs / --max-steps",
             )
         if self.error is not None:
-            if self.error.get("kind") == "train":
-                cls = TrainConfigError if self.error.get("exit_code") == 2 else TrainError
-                return cls(self.error["message"], self.error.get("hint"))
-            return TrainError(f"training process failed: {self.error['message']}", f"traceback in {log}")
+            if self.error.cause == "train":
+                cls = TrainConfigError if self.error.exit_code == 2 else TrainError
+                return cls(self.error.message, self.error.hint)
+            return TrainError(f"training process failed: {self.error.message}", f"traceback in {log}")
         if self.returncode is not None and self.returncode < 0:
             name = signal.Signals(-self.returncode).name
             return TrainError(
@@ -209,3 +217,19 @@ class ChildRun:
                 f"training process exited with code {self.returncode} without a result", f"see {log}"
             )
         return None
+
+
+def _record_loaded(event: ModelLoaded, writer: RunWriter) -> None:
+    """What the child loaded: the backend and settings it resolved, parameter counts, the padding id."""
+    record = writer.record
+    record.backend = event.backend
+    record.resolved = event.resolved
+    record.model.update(
+        trainable_params=event.trainable_params,
+        total_params=event.total_params,
+        trainable_percent=event.trainable_percent,
+        pad_token_id=event.pad_token_id,
+    )
+    if event.note:
+        record.model["note"] = event.note
+    writer.write()

@@ -384,3 +384,30 @@ class RunRecord(Record):
     """Shape version of this record."""
     other: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know, kept as read."""
+
+    def summary_line(self) -> str:
+        """The one line that says how a run went: losses, steps, speed and output (for a node other
+        than 0 of a multi-node run, that node 0 records the run)."""
+        hp = self.hyperparameters
+        if hp.get("node_rank"):
+            return (
+                f"node {hp['node_rank']} of {hp['nnodes']} finished its {hp['nproc_per_node']} rank(s); "
+                f"node 0 records the run and writes the model to {self.output_dir}"
+            )
+        s = self.summary
+        best_eval = s.get("eval_loss_best")
+        eval_part = f", eval best {self._loss(best_eval)}" if best_eval is not None else ""
+        best = self.best_checkpoint
+        if best and best.get("step") != s.get("steps"):
+            eval_part += f" (kept the step-{best['step']} checkpoint)"
+        speed = f"{s['tokens_per_s']:,.0f} tokens/s" if s.get("tokens_per_s") else "n/a tokens/s"
+        return (
+            f"run {self.run_id} {self.status}: loss {self._loss(s.get('train_loss_first'))} -> "
+            f"{self._loss(s.get('train_loss_last'))}{eval_part}, {s.get('steps')} steps, {speed}, "
+            f"output {self.output_dir}"
+        )
+
+    @staticmethod
+    def _loss(value: Any) -> str:
+        """A loss with four decimals, ``n/a`` when there is none (as the CLI's progress shows them)."""
+        return f"{value:.4f}" if isinstance(value, int | float) else "n/a"

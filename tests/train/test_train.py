@@ -73,7 +73,7 @@ def test_merged_output_loads_with_transformers_and_answers(merged_run, tokenizer
     assert text.strip() == answer
 
 
-def test_run_record_holds_dataset_hash_losses_and_versions(qa_wh, merged_run):
+def test_run_record_holds_dataset_hash_losses_and_versions(qa_wh, merged_run, tokenizer):
     record, out, _ = merged_run
     manifest = catalog.resolve_dataset(qa_wh, "qa@v1")[2].to_json()
     folder, stored_record = catalog.resolve_run(qa_wh, record.run_id)
@@ -95,6 +95,7 @@ def test_run_record_holds_dataset_hash_losses_and_versions(qa_wh, merged_run):
     assert {"torch", "transformers", "trl", "peft"} <= set(stored["libraries"])
     assert stored["data"]["max_length"] == manifest["stats"]["max_length"]
     assert stored["model"]["trainable_params"] > 0
+    assert stored["model"]["pad_token_id"] == tokenizer.pad_token_id is not None  # the child's, recorded
     assert stored["best_checkpoint"]["eval_loss"] == pytest.approx(stored["summary"]["eval_loss_best"])
     losses = _losses(qa_wh, record.run_id)
     train_losses = [m["loss"] for m in losses if m["split"] == "train"]

@@ -227,3 +227,36 @@ def test_writing_a_non_finite_number_fails_before_anything_is_committed(wh):
     with pytest.raises(WarehouseError, match=r"run record r1: summary\.loss is nan"):
         storage.start_run(record)
     assert storage.run_ids() == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "line"),
+    [
+        (
+            dict(
+                status="succeeded",
+                summary={
+                    "train_loss_first": 2.5,
+                    "train_loss_last": 0.123456,
+                    "eval_loss_best": 0.2,
+                    "steps": 24,
+                    "tokens_per_s": 12345.6,
+                },
+                best_checkpoint={"step": 20, "eval_loss": 0.2},
+            ),
+            "run r1 succeeded: loss 2.5000 -> 0.1235, eval best 0.2000 (kept the step-20 checkpoint), "
+            "24 steps, 12,346 tokens/s, output o",
+        ),
+        (
+            dict(status="failed", summary={"steps": 3}, best_checkpoint={"step": 3}),
+            "run r1 failed: loss n/a -> n/a, 3 steps, n/a tokens/s, output o",
+        ),
+        (
+            dict(status="succeeded", hyperparameters={"node_rank": 1, "nnodes": 2, "nproc_per_node": 4}),
+            "node 1 of 2 finished its 4 rank(s); node 0 records the run and writes the model to o",
+        ),
+    ],
+    ids=["best-checkpoint", "no-losses", "other-node"],
+)
+def test_a_run_record_says_how_it_went_in_one_line(changes, line):
+    assert _run(**changes).summary_line() == line

@@ -9,19 +9,20 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from tracebank.train.config import Resolved
+from tracebank.train.spec import ChildSpec
 
 
 class Backend(Protocol):
     name: str
 
-    def load(self, spec: dict[str, Any], resolved: Resolved) -> tuple[Any, Any]:
-        """Return (model, tokenizer) loaded from ``spec['base_model']``."""
+    def load(self, spec: ChildSpec, resolved: Resolved) -> tuple[Any, Any]:
+        """Return (model, tokenizer) loaded from ``spec.base_model``."""
 
-    def attach_adapter(self, model: Any, spec: dict[str, Any], resolved: Resolved) -> Any:
+    def attach_adapter(self, model: Any, spec: ChildSpec, resolved: Resolved) -> Any:
         """Return ``model`` with the LoRA adapter attached (only adapter weights trainable)."""
 
     def save(
-        self, model: Any, tokenizer: Any, out_dir: str, spec: dict[str, Any], resolved: Resolved
+        self, model: Any, tokenizer: Any, out_dir: str, spec: ChildSpec, resolved: Resolved
     ) -> dict[str, Any]:
         """Write the trained model (merged or adapter) and tokenizer to ``out_dir``; say what was written."""
 

@@ -6,6 +6,7 @@ import tempfile
 from typing import Any
 
 from tracebank.train.config import Resolved
+from tracebank.train.spec import ChildSpec
 
 
 def _dtype(name: str) -> Any:
@@ -17,18 +18,18 @@ def _dtype(name: str) -> Any:
 class TrlPeftBackend:
     name = "trl"
 
-    def load(self, spec: dict[str, Any], resolved: Resolved) -> tuple[Any, Any]:
+    def load(self, spec: ChildSpec, resolved: Resolved) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        path = spec["base_model"]
+        path = spec.base_model
         tokenizer = AutoTokenizer.from_pretrained(path)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         # On CUDA the weights are held in bf16 (or quantized); on CPU and MPS in float32.
         dtype = _dtype("bfloat16" if resolved.bf16 else "float32")
         kwargs: dict[str, Any] = {"dtype": dtype}
-        if spec["config"].get("attn_implementation"):
-            kwargs["attn_implementation"] = spec["config"]["attn_implementation"]
+        if spec.config.attn_implementation:
+            kwargs["attn_implementation"] = spec.config.attn_implementation
         if resolved.load_in_4bit:
             from transformers import BitsAndBytesConfig
 
@@ -48,25 +49,25 @@ class TrlPeftBackend:
             )
         return model, tokenizer
 
-    def attach_adapter(self, model: Any, spec: dict[str, Any], resolved: Resolved) -> Any:
+    def attach_adapter(self, model: Any, spec: ChildSpec, resolved: Resolved) -> Any:
         from peft import LoraConfig, get_peft_model
 
-        config = spec["config"]
-        targets = config["target_modules"]
+        config = spec.config
+        targets = config.target_modules
         lora = LoraConfig(
-            r=config["lora_r"],
-            lora_alpha=config["lora_alpha"],
-            lora_dropout=config["lora_dropout"],
-            target_modules=targets[0] if targets == ["all-linear"] else list(targets),
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=targets[0] if list(targets) == ["all-linear"] else list(targets),
             bias="none",
             task_type="CAUSAL_LM",
         )
         return get_peft_model(model, lora)
 
     def save(
-        self, model: Any, tokenizer: Any, out_dir: str, spec: dict[str, Any], resolved: Resolved
+        self, model: Any, tokenizer: Any, out_dir: str, spec: ChildSpec, resolved: Resolved
     ) -> dict[str, Any]:
-        method = spec["config"]["save"]
+        method = spec.config.save
         if method == "lora":
             model.save_pretrained(out_dir)
             tokenizer.save_pretrained(out_dir)
@@ -78,9 +79,9 @@ class TrlPeftBackend:
             from peft import PeftModel
             from transformers import AutoModelForCausalLM
 
-            with tempfile.TemporaryDirectory(dir=spec["scratch_dir"]) as adapter_dir:
+            with tempfile.TemporaryDirectory(dir=spec.scratch_dir) as adapter_dir:
                 model.save_pretrained(adapter_dir)
-                base = AutoModelForCausalLM.from_pretrained(spec["base_model"], dtype=dtype)
+                base = AutoModelForCausalLM.from_pretrained(spec.base_model, dtype=dtype)
                 merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
         else:
             merged = model.merge_and_unload()

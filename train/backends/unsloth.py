@@ -10,6 +10,7 @@ from typing import Any
 
 from tracebank.train.backends.targets import target_modules
 from tracebank.train.config import Resolved
+from tracebank.train.spec import ChildSpec
 
 
 class UnslothBackend:
@@ -18,39 +19,39 @@ class UnslothBackend:
     def __init__(self) -> None:
         import unsloth  # noqa: F401  (must precede trl / transformers / peft)
 
-    def load(self, spec: dict[str, Any], resolved: Resolved) -> tuple[Any, Any]:
+    def load(self, spec: ChildSpec, resolved: Resolved) -> tuple[Any, Any]:
         from unsloth import FastLanguageModel
 
         model, tokenizer = FastLanguageModel.from_pretrained(
-            model_name=spec["base_model"],
-            max_seq_length=spec["max_length"],
+            model_name=spec.base_model,
+            max_seq_length=spec.max_length,
             load_in_4bit=resolved.load_in_4bit,
             dtype=None,
-            **({"attn_implementation": attn} if (attn := spec["config"].get("attn_implementation")) else {}),
+            **({"attn_implementation": attn} if (attn := spec.config.attn_implementation) else {}),
         )
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         return model, tokenizer
 
-    def attach_adapter(self, model: Any, spec: dict[str, Any], resolved: Resolved) -> Any:
+    def attach_adapter(self, model: Any, spec: ChildSpec, resolved: Resolved) -> Any:
         from unsloth import FastLanguageModel
 
-        config = spec["config"]
+        config = spec.config
         return FastLanguageModel.get_peft_model(
             model,
-            r=config["lora_r"],
-            lora_alpha=config["lora_alpha"],
-            lora_dropout=config["lora_dropout"],
-            target_modules=target_modules(model, config["target_modules"]),
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=target_modules(model, config.target_modules),
             bias="none",
             use_gradient_checkpointing="unsloth" if resolved.gradient_checkpointing else False,
-            random_state=config["seed"],
-            max_seq_length=spec["max_length"],
+            random_state=config.seed,
+            max_seq_length=spec.max_length,
         )
 
     def save(
-        self, model: Any, tokenizer: Any, out_dir: str, spec: dict[str, Any], resolved: Resolved
+        self, model: Any, tokenizer: Any, out_dir: str, spec: ChildSpec, resolved: Resolved
     ) -> dict[str, Any]:
-        method = spec["config"]["save"]
+        method = spec.config.save
         model.save_pretrained_merged(out_dir, tokenizer, save_method=method)
         return {"save": method, "dtype": "16-bit (unsloth)" if method == "merged_16bit" else None}
