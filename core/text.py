@@ -43,3 +43,8 @@ def visible(text: str, keep: str = LINES) -> str:
     """``text`` with every control character made visible, except those in ``keep``
     (``keep=""`` for a value that must stay on one line, such as an error message)."""
     return text.translate(_table(keep))
+
+
+def loss(value: object) -> str:
+    """A loss with four decimals, ``n/a`` when there is none (progress lines and run summaries)."""
+    return f"{value:.4f}" if isinstance(value, int | float) else "n/a"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, Union
 
 from tracebank.core.errors import CorruptFileError
+from tracebank.core.text import loss
 from tracebank.warehouse import finite
 
 R = TypeVar("R", bound="Record")
@@ -396,18 +397,13 @@ class RunRecord(Record):
             )
         s = self.summary
         best_eval = s.get("eval_loss_best")
-        eval_part = f", eval best {self._loss(best_eval)}" if best_eval is not None else ""
+        eval_part = f", eval best {loss(best_eval)}" if best_eval is not None else ""
         best = self.best_checkpoint
         if best and best.get("step") != s.get("steps"):
             eval_part += f" (kept the step-{best['step']} checkpoint)"
         speed = f"{s['tokens_per_s']:,.0f} tokens/s" if s.get("tokens_per_s") else "n/a tokens/s"
         return (
-            f"run {self.run_id} {self.status}: loss {self._loss(s.get('train_loss_first'))} -> "
-            f"{self._loss(s.get('train_loss_last'))}{eval_part}, {s.get('steps')} steps, {speed}, "
+            f"run {self.run_id} {self.status}: loss {loss(s.get('train_loss_first'))} -> "
+            f"{loss(s.get('train_loss_last'))}{eval_part}, {s.get('steps')} steps, {speed}, "
             f"output {self.output_dir}"
         )
-
-    @staticmethod
-    def _loss(value: Any) -> str:
-        """A loss with four decimals, ``n/a`` when there is none (as the CLI's progress shows them)."""
-        return f"{value:.4f}" if isinstance(value, int | float) else "n/a"

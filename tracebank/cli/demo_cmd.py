@@ -11,7 +11,7 @@ import click
 
 from tracebank.cli.options import config_file_option, config_option, pass_warehouse
 from tracebank.cli.output import render, say
-from tracebank.cli.progress import Progress, loss
+from tracebank.cli.progress import Progress
 from tracebank.loop.config import (
     SERVERS,
     THEN,
@@ -23,15 +23,6 @@ from tracebank.loop.config import (
 )
 from tracebank.train.config import BACKENDS, TrainConfig
 from tracebank.transform.config import TransformConfig
-
-
-def _run_line(record: Any) -> str:
-    s = record.summary
-    speed = f"{s['tokens_per_s']:,.0f} tokens/s" if s.get("tokens_per_s") else "n/a tokens/s"
-    return (
-        f"run {record.run_id} ({record.backend}): loss {loss(s.get('train_loss_first'))} -> "
-        f"{loss(s.get('train_loss_last'))} in {s.get('steps')} steps, {speed}"
-    )
 
 
 @click.command()
@@ -92,7 +83,7 @@ def demo(
         if r.dataset is not None:
             echo(f"  dataset     {r.dataset.summary().removeprefix('wrote ')}{it}")
         if r.run is not None:
-            echo(f"  run         {_run_line(r.run)}{it}")
+            echo(f"  run         {r.run.summary_line()}{it}")
     echo(f"  model       {result.base_model} -> {result.final_model}")
     prefix = f"tracebank --warehouse {wh.root}"
     for title, sql, table in result.queries:
@@ -242,7 +233,7 @@ def round_(
     statuses = ", ".join(f"{n} {s}" for s, n in sorted(result.statuses.items()))
     say(f"round done: {len(result.rollout_ids)} rollouts ({statuses}) in {result.seconds['total']:.0f}s")
     if result.run is not None:
-        say(_run_line(result.run))
+        say(result.run.summary_line())
         say(f"next round's model: {result.next_model}")
 
 

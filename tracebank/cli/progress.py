@@ -15,12 +15,7 @@ from functools import singledispatch
 from typing import Any, TextIO
 
 from tracebank.core import events as ev
-from tracebank.core.text import visible
-
-
-def loss(value: Any) -> str:
-    """A loss with four decimals, ``n/a`` when there is none."""
-    return f"{value:.4f}" if isinstance(value, int | float) else "n/a"
+from tracebank.core.text import loss, visible
 
 
 @singledispatch

@@ -20,7 +20,7 @@ from tracebank.cli.options import (
     replay_format_option,
 )
 from tracebank.cli.output import echo_rows, say
-from tracebank.cli.progress import Progress, loss
+from tracebank.cli.progress import Progress
 from tracebank.train.config import (
     BACKENDS,
     DPO_LOSSES,
@@ -30,26 +30,6 @@ from tracebank.train.config import (
     SAVE_METHODS,
     TrainConfig,
 )
-
-
-def _summary_line(record: Any) -> str:
-    hp = record.hyperparameters
-    if hp.get("node_rank"):
-        return (
-            f"node {hp['node_rank']} of {hp['nnodes']} finished its {hp['nproc_per_node']} rank(s); "
-            f"node 0 records the run and writes the model to {record.output_dir}"
-        )
-    s = record.summary
-    eval_part = f", eval best {loss(s.get('eval_loss_best'))}" if s.get("eval_loss_best") is not None else ""
-    speed = f"{s['tokens_per_s']:,.0f} tokens/s" if s.get("tokens_per_s") else "n/a tokens/s"
-    best = record.best_checkpoint
-    if best and best.get("step") != s.get("steps"):
-        eval_part += f" (kept the step-{best['step']} checkpoint)"
-    return (
-        f"run {record.run_id} {record.status}: loss {loss(s.get('train_loss_first'))} -> "
-        f"{loss(s.get('train_loss_last'))}{eval_part}, {s.get('steps')} steps, {speed}, "
-        f"output {record.output_dir}"
-    )
 
 
 def _train_option(name: str, *flags: str, **extra: Any) -> Any:
@@ -131,7 +111,7 @@ def train(wh, quiet: bool, resume: str | None, target_modules: str | None, **opt
             record = wh.train(settings.pop("dataset"), on_event=on_event, **settings)
     finally:
         progress.close()
-    say(_summary_line(record))
+    say(record.summary_line())
 
 
 def _settings(options: dict[str, Any], target_modules: str | None) -> dict[str, Any]:
