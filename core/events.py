@@ -173,6 +173,14 @@ class RescoreProgress(Event):
 
 
 @dataclass(frozen=True)
+class EnvironmentBuild(Event):
+    """A step of building the vLLM environment (once per machine, minutes): a command or a note."""
+
+    kind: ClassVar[str] = "environment"
+    line: str
+
+
+@dataclass(frozen=True)
 class CollectProgress(Event):
     """Attempts a collect has read so far, of those it knows of yet."""
 

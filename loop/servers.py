@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
+from tracebank.core.events import OnEvent
 from tracebank.loop.config import ServerConfig
 from tracebank.loop.errors import LoopUsageError
 from tracebank.serve.adapters import adapter_base
@@ -26,7 +26,7 @@ def served_name(model: Path, config: ServerConfig) -> str:
     return config.served_model_name or str(model)
 
 
-def vllm_python(config: ServerConfig, emit: Callable[[str], None] | None = None) -> Path:
+def vllm_python(config: ServerConfig, on_event: OnEvent | None = None) -> Path:
     """The Python vLLM runs in: ``--vllm-python``, ``$TRACEBANK_VLLM_PYTHON``, or the cached
     environment (serve.vllm_env), built on first use (minutes, once per machine)."""
     if config.vllm_python is not None:
@@ -38,7 +38,7 @@ def vllm_python(config: ServerConfig, emit: Callable[[str], None] | None = None)
         return python
     from tracebank.serve.vllm_env import ensure_vllm_env
 
-    return ensure_vllm_env(log=emit)
+    return ensure_vllm_env(on_event=on_event)
 
 
 def check_vllm(model: Path, config: ServerConfig) -> Path:

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracebank.core import events as ev
+from tracebank.core.events import OnEvent
 from tracebank.serve.errors import VllmEnvError
 from tracebank.warehouse.layout import cache_dir
 
@@ -188,7 +190,7 @@ def _build(spec: VllmEnvSpec, folder: Path, log: Callable[[str], None]) -> None:
 
 
 def ensure_vllm_env(
-    spec: VllmEnvSpec | None = None, cache: Path | None = None, log: Callable[[str], None] | None = None
+    spec: VllmEnvSpec | None = None, cache: Path | None = None, on_event: OnEvent | None = None
 ) -> Path:
     """The Python of a vLLM environment: ``$TRACEBANK_VLLM_PYTHON``, the cached one, or one built now.
 
@@ -201,7 +203,13 @@ def ensure_vllm_env(
     spec = spec or default_spec()
     folder = spec.folder(cache)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    say = log or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def say(line: str) -> None:
+        if on_event is None:  # `make vllm-env` and callers without a renderer: plain stderr lines
+            print(line, file=sys.stderr, flush=True)
+        else:
+            on_event(ev.EnvironmentBuild(line))
+
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if read_stamp(folder) is None:

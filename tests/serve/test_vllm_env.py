@@ -48,7 +48,7 @@ def test_a_failed_build_is_one_line_and_leaves_no_stamp(tmp_path, monkeypatch):
     spec = VllmEnvSpec("cpu", (str(tmp_path / "no-such-project"),), python=sys.executable)
     lines: list[str] = []
     with pytest.raises(VllmEnvError) as err:
-        ensure_vllm_env(spec, tmp_path, log=lines.append)
+        ensure_vllm_env(spec, tmp_path, on_event=lambda event: lines.append(event.line))
     assert "building the vLLM environment failed" in err.value.message
     assert "\n" not in err.value.one_line()
     assert not (spec.folder(tmp_path) / vllm_env.STAMP).exists()

@@ -68,6 +68,11 @@ def _(event: ev.RolloutProgress, max_steps: int | None = None) -> str:
 
 
 @describe.register
+def _(event: ev.EnvironmentBuild, max_steps: int | None = None) -> str:
+    return event.line
+
+
+@describe.register
 def _(event: ev.WaitingForWarehouse, max_steps: int | None = None) -> str:
     return event.note
 
