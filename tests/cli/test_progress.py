@@ -79,3 +79,21 @@ def test_events_round_trip_through_the_wire_format():
     for event in ROUND:
         assert ev.event_from_dict(event.to_dict()) == event
     assert ev.event_from_dict({"event": "done", "stats": {}}) is None
+
+
+def test_collect_and_transform_events_render_and_a_planted_holder_is_shown_not_obeyed():
+    """A collect's bar shows only on a terminal; whom it waits for comes from a claim file a
+    co-worker may have written, so its control characters are shown, never obeyed."""
+    out = io.StringIO()
+    ticks = itertools.count(0.0, 0.5)
+    progress = Progress(out, clock=lambda: next(ticks))
+    progress(ev.CollectProgress(3, 10))
+    progress(ev.WaitingForWarehouse("collect (pid 7 on \x1b]0;owned\x07host)"))
+    progress(ev.SilverBuilt("c1", "2 llm calls"))
+    progress(ev.EnvironmentBuild("$ uv pip install vllm"))
+    progress.close()
+    assert out.getvalue() == (
+        "[    0.5s] waiting for collect (pid 7 on ␛]0;owned␇host) to finish with this warehouse\n"
+        "[    1.0s] silver of c1: 2 llm calls\n"
+        "[    1.5s] $ uv pip install vllm\n"
+    )
