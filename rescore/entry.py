@@ -28,7 +28,7 @@ from tracebank.rescore.inputs import as_plain, collection_rollouts
 from tracebank.rescore.record import ScoredRollout
 from tracebank.rescore.scorer import load_scorer, source_of
 from tracebank.rescore.workers import score_chunk
-from tracebank.warehouse import schemas
+from tracebank.warehouse import layout, schemas
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, RewardLayerManifest
 from tracebank.warehouse.storage import Storage, encode_parquet
@@ -141,7 +141,7 @@ def rescore(wh: Warehouse, config: RescoreConfig, on_event: OnEvent | None = Non
     version, folder = storage.reserve_reward_layer(config.name)
     try:
         entry = storage.write_buffer(
-            folder, "scores.parquet", encode_parquet(table), table.num_rows, "reward_scores"
+            folder, layout.REWARD_SCORES_FILE, encode_parquet(table), table.num_rows, "reward_scores"
         )
         manifest = RewardLayerManifest(
             name=config.name,

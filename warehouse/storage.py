@@ -511,7 +511,7 @@ class Storage:
                         streams[name] = stack.enter_context(
                             self.parquet_stream(
                                 folder,
-                                f"{name}-{build}.parquet",
+                                layout.silver_file(name, build),
                                 name,
                                 table.schema,
                                 **(options(table) if options else {}),
