@@ -17,6 +17,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.errors import first_line
 from tracebank.train import checkpoints, preflight
 from tracebank.train.collate import PackCollator, PadCollator
 from tracebank.train.config import Environment, Resolved, TrainConfig
@@ -530,5 +531,4 @@ def is_loaded_in_4bit(model: Any) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return first_line(exc, with_type=True)
