@@ -19,6 +19,7 @@ from typing import Any, Literal
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.redact import Redactor, without_credentials
 from tracebank.collect.writer import SpanFileWriter, write_table
+from tracebank.core.versions import installed_versions
 from tracebank.warehouse import bronze
 from tracebank.warehouse.contract import LLM_SPAN_NAMES
 from tracebank.warehouse.location import Warehouse
@@ -38,6 +39,8 @@ NO_LLM_SPANS_HINT = (
     "store's /v1/traces, or pin the exporter below 1.44"
 )
 _REDACTED_FIELDS = ("input", "config", "metadata")
+#: The distributions whose versions a collection manifest notes (None: not installed).
+WRITER_LIBRARIES = ("tracebank", "agentlightning")
 
 
 def new_collection_id(now: dt.datetime | None = None) -> str:
@@ -69,19 +72,6 @@ def committed_attempts(wh: Warehouse) -> tuple[set[Pair], int]:
         for ev in manifest.evicted:
             done.add((ev["rollout_id"], ev["attempt_id"]))
     return done, repeats
-
-
-def library_versions() -> dict[str, str | None]:
-    """Versions of tracebank and of the Agent Lightning that wrote the store, for the manifest."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {}
-    for dist in ("tracebank", "agentlightning"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = None
-    return out
 
 
 def redact_record(redactor: Redactor, record: dict[str, Any]) -> dict[str, Any]:
@@ -276,7 +266,7 @@ class Batch:
             redaction=self.redaction(),
             warnings=self.warnings(),
             concurrency=config.concurrency if self.records == "spans" else None,
-            versions=library_versions(),
+            versions=installed_versions(WRITER_LIBRARIES),
             extra=dict(config.extra),
             files=files,
         )

@@ -27,7 +27,7 @@ from tracebank.collect.batch import Batch, Progress, committed_attempts
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.sources import Source, as_source
 from tracebank.core import events as ev
-from tracebank.core.errors import TracebankError
+from tracebank.core.errors import TracebankError, first_line
 from tracebank.core.events import OnEvent
 from tracebank.warehouse.claims import POLL_S, Claim, Owner, release, try_claim, warehouse_claim
 from tracebank.warehouse.contract import SILVER_VERSION
@@ -148,7 +148,7 @@ def _why(exc: BaseException) -> str:
         return exc.one_line()
     if isinstance(exc, OSError) and (exc.errno == errno.ENOSPC or f"[errno {errno.ENOSPC}]" in str(exc)):
         return "no space left on the device"
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return first_line(exc)
 
 
 async def _collect(

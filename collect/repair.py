@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from tracebank.collect.collector import collect_claim
 from tracebank.core import events as ev
 from tracebank.core.events import OnEvent
+from tracebank.warehouse import layout
 from tracebank.warehouse.claims import Owner, claimed
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest
@@ -102,7 +103,7 @@ def _rewrite(
     for name, table in rewritten.items():
         ids = pa.array([new_id] * table.num_rows, pa.string())
         table = table.set_column(table.schema.get_field_index("collection_id"), "collection_id", ids)
-        files.append(storage.write_table(target, f"{name}-0000.parquet", table, name))
+        files.append(storage.write_table(target, layout.bronze_file(name), table, name))
     counts = {
         **manifest.counts,
         "rollouts": rewritten["rollouts"].num_rows,

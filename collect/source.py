@@ -27,6 +27,7 @@ from tracebank.collect.errors import (
     StoreUnreachableError,
 )
 from tracebank.collect.redact import without_credentials
+from tracebank.core.errors import first_line
 
 T = TypeVar("T")
 
@@ -267,10 +268,7 @@ class StoreClient:
 
 
 def _describe(exc: BaseException | None) -> str:
-    if exc is None:
-        return "unknown error"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return "unknown error" if exc is None else first_line(exc, with_type=True)
 
 
 async def check_store_health(url: str, timeout_s: float) -> None:

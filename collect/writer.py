@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 from tracebank.collect import fastjson
-from tracebank.warehouse import bronze, schemas
+from tracebank.warehouse import bronze, layout, schemas
 from tracebank.warehouse.records import FileEntry
 from tracebank.warehouse.storage import Storage
 
@@ -123,7 +123,7 @@ class SpanFileWriter:
     def _start_write(self) -> None:
         table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
         self._tables, self._table_rows, self._table_bytes = [], 0, 0
-        name = f"spans-{self._index:04d}.parquet"
+        name = layout.bronze_file("spans", self._index)
         self._index += 1
         self._writes.append(asyncio.ensure_future(self._write(name, table)))
 
@@ -154,5 +154,5 @@ class SpanFileWriter:
 def write_table(storage: Storage, folder: Path, name: str, table: pa.Table) -> FileEntry:
     """Write one whole-table file (rollouts, attempts) and return its manifest entry."""
     return storage.write_table(
-        folder, f"{name}-0000.parquet", schemas.conform(table, schemas.BRONZE[name]), name
+        folder, layout.bronze_file(name), schemas.conform(table, schemas.BRONZE[name]), name
     )

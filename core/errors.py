@@ -50,6 +50,16 @@ class QueryError(TracebankError):
     """A SQL statement that is refused or fails."""
 
 
+def first_line(exc: BaseException, *, with_type: bool = False) -> str:
+    """One line for an exception a library raised: its message's first line (prefixed with the
+    exception's type when ``with_type``), or the type's name when the message is empty."""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    line = text.splitlines()[0]
+    return f"{type(exc).__name__}: {line}" if with_type else line
+
+
 class DamageWarning(UserWarning):
     """Something in the warehouse is damaged or missing, and was left out of what is shown."""
 

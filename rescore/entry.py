@@ -15,20 +15,20 @@ import json
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from tracebank.core.events import OnEvent, RescoreProgress
+from tracebank.core.versions import tracebank_version
 from tracebank.rescore.config import RescoreConfig
 from tracebank.rescore.errors import RescoreError
 from tracebank.rescore.inputs import as_plain, collection_rollouts
 from tracebank.rescore.record import ScoredRollout
 from tracebank.rescore.scorer import load_scorer, source_of
 from tracebank.rescore.workers import score_chunk
-from tracebank.warehouse import schemas
+from tracebank.warehouse import layout, schemas
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest, RewardLayerManifest
 from tracebank.warehouse.storage import Storage, encode_parquet
@@ -141,7 +141,7 @@ def rescore(wh: Warehouse, config: RescoreConfig, on_event: OnEvent | None = Non
     version, folder = storage.reserve_reward_layer(config.name)
     try:
         entry = storage.write_buffer(
-            folder, "scores.parquet", encode_parquet(table), table.num_rows, "reward_scores"
+            folder, layout.REWARD_SCORES_FILE, encode_parquet(table), table.num_rows, "reward_scores"
         )
         manifest = RewardLayerManifest(
             name=config.name,
@@ -150,7 +150,7 @@ def rescore(wh: Warehouse, config: RescoreConfig, on_event: OnEvent | None = Non
             source_hash=source_hash,
             content_hash=hashed,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            tracebank_version=_tracebank_version(),
+            tracebank_version=tracebank_version(),
             source_file=source_file,
             collections=[cid for cid, _ in chosen],
             counts=_counts(scores),
@@ -161,10 +161,3 @@ def rescore(wh: Warehouse, config: RescoreConfig, on_event: OnEvent | None = Non
         storage.abandon_version(folder)
         raise
     return RescoreResult(folder, manifest)
-
-
-def _tracebank_version() -> str:
-    try:
-        return metadata.version("tracebank")
-    except metadata.PackageNotFoundError:
-        return "unknown"

@@ -12,7 +12,7 @@ from tracebank.rescore.errors import RescoreError
 from tracebank.rescore.record import ScoredRollout
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest
-from tracebank.warehouse.storage import Storage, read_table
+from tracebank.warehouse.storage import Storage
 
 MESSAGE_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "direction", "message_index", "role", "content"]
 MESSAGE_COLUMNS += ["tool_calls", "tool_call_id"]
@@ -23,12 +23,6 @@ def _frame(table: Any) -> pl.DataFrame:
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame
-
-
-def _bronze(
-    wh: Warehouse, cid: str, manifest: CollectionManifest, table: str, columns: list[str]
-) -> pl.DataFrame:
-    return _frame(read_table(Storage(wh).files_of(wh.collection_dir(cid), manifest, table), columns=columns))
 
 
 def _message(row: dict[str, Any]) -> dict[str, Any]:
@@ -72,9 +66,13 @@ def collection_rollouts(wh: Warehouse, cid: str, manifest: CollectionManifest) -
             f"the silver tables of collection {cid} are missing or stale",
             f"build them with `tracebank rebuild-silver --collection {cid}`",
         )
-    attempts = _bronze(wh, cid, manifest, "attempts", ["rollout_id", "attempt_id", "sequence_id"])
+    attempts = _frame(
+        storage.bronze_table(cid, manifest, "attempts", ["rollout_id", "attempt_id", "sequence_id"])
+    )
     latest = attempts.sort(["rollout_id", "sequence_id"]).group_by("rollout_id", maintain_order=True).last()
-    inputs = dict(_bronze(wh, cid, manifest, "rollouts", ["rollout_id", "input"]).iter_rows())
+    inputs = dict(
+        _frame(storage.bronze_table(cid, manifest, "rollouts", ["rollout_id", "input"])).iter_rows()
+    )
     messages = _last_call_messages(_frame(storage.silver_table(cid, "messages", MESSAGE_COLUMNS)))
     rewards = _final_rewards(_frame(storage.silver_table(cid, "rewards", REWARD_COLUMNS)))
     out = []

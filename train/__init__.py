@@ -2,7 +2,7 @@
 
 `train(wh, config)` trains a LoRA adapter on one committed dataset version (Unsloth on
 CUDA when it is installed, TRL + PEFT everywhere else) in a child process, and records
-the run under ``warehouse/runs/<run_id>/``. `inspect_dataset` shows what a row trains on.
+the run under ``warehouse/runs/<run_id>/``.
 """
 
 from tracebank.core.lazy import lazy_exports
@@ -15,7 +15,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "TrainConfigError",
             "TrainError",
         ),
-        "tracebank.train.inspection": ("inspect_dataset",),
         "tracebank.train.record": ("RunRecord",),
         "tracebank.train.runner": (
             "resume",

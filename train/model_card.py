@@ -14,9 +14,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.outputs import MARKER
+
 PROVENANCE_FILE = "tracebank.json"
-#: What model folders written before tracebank.json marked them hold instead.
-LEGACY_MARKER = ".tracebank-output.json"
+#: What model folders written before tracebank.json marked them hold instead: the output guard's
+#: folder marker (one concept, owned by core.outputs), which then also named the run.
+LEGACY_MARKER = MARKER
 CARD_FILE = "README.md"
 _KEYS = (
     "run_id",

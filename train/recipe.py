@@ -17,6 +17,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.errors import first_line
 from tracebank.core.events import (
     CheckpointSaved,
     Event,
@@ -534,5 +535,4 @@ def is_loaded_in_4bit(model: Any) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return first_line(exc, with_type=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import secrets
-from importlib import metadata
 from typing import Any
 
+from tracebank.core.versions import installed_versions
 from tracebank.warehouse import finite
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import RunRecord
@@ -35,14 +35,8 @@ def new_run_id(dataset: str) -> str:
 
 
 def library_versions() -> dict[str, str]:
-    """Installed versions of the training libraries (read from package metadata, nothing imported)."""
-    out = {}
-    for name in LIBRARIES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
+    """Installed versions of the training libraries (those not installed left out)."""
+    return {name: version for name, version in installed_versions(LIBRARIES).items() if version}
 
 
 class RunWriter:

@@ -23,10 +23,9 @@ from tracebank.transform.errors import NoCollectionsError, SilverMissingError, T
 from tracebank.transform.ids import IdNames
 from tracebank.transform.rows import CallTokens
 from tracebank.transform.spill import TokenSpill, concat_spills
-from tracebank.warehouse import schemas
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import CollectionManifest
-from tracebank.warehouse.storage import Storage, read_table
+from tracebank.warehouse.storage import Storage
 
 #: (collection_id, manifest) of each chosen collection, oldest first.
 Chosen = list[tuple[str, CollectionManifest]]
@@ -73,14 +72,6 @@ def choose_collections(wh: Warehouse, wanted: tuple[str, ...]) -> Chosen:
         )
     ids = sorted(set(wanted)) if wanted else sorted(committed)
     return [(cid, committed[cid]) for cid in ids]
-
-
-def _bronze(
-    wh: Warehouse, cid: str, manifest: CollectionManifest, table: str, columns: list[str]
-) -> pa.Table:
-    files = Storage(wh).files_of(wh.collection_dir(cid), manifest, table)
-    schema = schemas.BRONZE[table]
-    return read_table(files, columns=columns, schema=pa.schema([schema.field(c) for c in columns]))
 
 
 @dataclass
@@ -130,8 +121,10 @@ def load_inputs(wh: Warehouse, chosen: Chosen) -> Inputs:
         per_collection.append(c.num_rows)
         calls.append(c.append_column("source_order", arrow_ints(np.full(c.num_rows, order, np.int32))))
         rewards.append(r.append_column("source_order", arrow_ints(np.full(r.num_rows, order, np.int32))))
-        attempts.append(_bronze(wh, cid, manifest, "attempts", ["rollout_id", "attempt_id", "sequence_id"]))
-        ro = _bronze(wh, cid, manifest, "rollouts", ["rollout_id", "input"])
+        attempts.append(
+            storage.bronze_table(cid, manifest, "attempts", ["rollout_id", "attempt_id", "sequence_id"])
+        )
+        ro = storage.bronze_table(cid, manifest, "rollouts", ["rollout_id", "input"])
         task = tasks.encode(ro.column("input"))  # the input text itself is not kept
         rollouts.append(pa.table({"rollout_id": ro.column("rollout_id"), "task": task}))
     frames = [

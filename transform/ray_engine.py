@@ -49,6 +49,7 @@ from tracebank.transform.recipe import build_recipe
 from tracebank.transform.rows import CallTokens, RowTokens
 from tracebank.transform.version import TransformResult
 from tracebank.transform.writer import OpenSplit, open_split, pieces, split_table
+from tracebank.warehouse import layout
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry
 from tracebank.warehouse.storage import Storage
@@ -219,7 +220,7 @@ def _ray_writer(sources: _Sources) -> Any:
         parts = pieces(frame)
 
         def job(i: int) -> dict[str, Any]:
-            path = folder / f"{split}-{i:05d}.parquet"
+            path = folder / layout.split_file(split, i)
             return _piece_job(storage, i, path, split, parts[i], source, sources)
 
         # Jobs are built when needed, a batch at a time: the driver never holds every piece's.

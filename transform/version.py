@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from tracebank.core.versions import tracebank_version
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.inputs import Chosen
 from tracebank.transform.manifest import content_hash, identical_line, source_hash, stats, summary_line
@@ -133,10 +133,3 @@ def version_manifest(
         config=config.settings(),
         files=files,
     )
-
-
-def tracebank_version() -> str:
-    try:
-        return metadata.version("tracebank")
-    except metadata.PackageNotFoundError:
-        return "unknown"

@@ -26,7 +26,7 @@ from tracebank.core.machine import usable_cores
 from tracebank.transform.manifest import RowsDigest, rows_digest
 from tracebank.transform.provenance import metadata_fields
 from tracebank.transform.rows import PieceBuffers, RowTokens
-from tracebank.warehouse import schemas
+from tracebank.warehouse import layout, schemas
 from tracebank.warehouse.records import FileEntry
 from tracebank.warehouse.storage import ParquetStream, Storage, encode_parquet
 
@@ -184,8 +184,8 @@ def open_split(
     few = 1 < len(cut) <= threads  # a file per piece, each copied once
     parts = [frame] if name or len(cut) < 2 else (cut if few else shards(frame, threads))
     if name is None:
-        name = f"{split}.parquet" if len(parts) == 1 else None
-    names = [name] if name else [f"{split}-{i:05d}.parquet" for i in range(len(parts))]
+        name = layout.split_file(split) if len(parts) == 1 else None
+    names = [name] if name else [layout.split_file(split, i) for i in range(len(parts))]
     outs = [
         stack.enter_context(storage.parquet_stream(folder, n, "dataset_rows", schema, **PARQUET_OPTIONS))
         for n in names
@@ -336,7 +336,9 @@ def whole_split(
 
     def stamp(fields: dict[str, Any]) -> None:
         stamped = table.replace_schema_metadata(metadata_fields({**provenance, "split": split, **fields}))
-        entry = storage.write_buffer(folder, f"{split}.parquet", encode(stamped), table.num_rows, table_name)
+        entry = storage.write_buffer(
+            folder, layout.split_file(split), encode(stamped), table.num_rows, table_name
+        )
         entry.split = split
         written.append(entry)
 

@@ -2,7 +2,8 @@
 
 ``show(wh, ShowConfig(...))`` renders rollouts or dataset rows as conversations,
 ``report(wh, ReportConfig(...))`` writes one self-contained HTML report, and
-``export(wh, ExportConfig(...))`` writes a dataset version in chat formats trainers take.
+``export(wh, ExportConfig(...))`` writes a dataset version in chat formats trainers take, and
+``inspect(wh, InspectConfig(...))`` decodes a dataset row: what it trains on, and histograms.
 """
 
 from tracebank.core.lazy import lazy_exports
@@ -12,6 +13,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "tracebank.view.config": (
             "ExportConfig",
+            "InspectConfig",
             "ReportConfig",
             "ShowConfig",
         ),
@@ -19,6 +21,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "ExportResult",
             "export",
         ),
+        "tracebank.view.inspection": ("inspect",),
         "tracebank.view.report": (
             "ReportResult",
             "report",

@@ -54,6 +54,26 @@ class ShowConfig:
 
 
 @dataclass(frozen=True)
+class InspectConfig:
+    """Which dataset row `inspect` decodes, with which tokenizer, and how it marks the tokens."""
+
+    dataset: str
+    """``NAME[@vN]`` of an SFT version (latest version when unversioned)."""
+
+    tokenizer: str | Path
+    """Tokenizer folder, usually the base model's (nothing is downloaded)."""
+
+    row: int = 0
+    """Row index within the split."""
+
+    split: str = "train"
+    """Split to read: train or validation."""
+
+    color: bool = False
+    """Dim the masked text and highlight the trained text (a terminal) instead of [-…-] and {+…+}."""
+
+
+@dataclass(frozen=True)
 class ReportConfig:
     """What `report` covers and where the HTML file goes."""
 

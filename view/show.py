@@ -11,6 +11,7 @@ from tracebank.view.preference_view import is_preference, pair_at, pair_text
 from tracebank.view.tables import READ
 from tracebank.view.text import conversation_text, dataset_row_text
 from tracebank.view.tokenizer import load_tokenizer
+from tracebank.view.tokens import decoder
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.query import connect
 
@@ -46,8 +47,5 @@ def _show_row(wh: Warehouse, con: duckdb.DuckDBPyConnection, config: ShowConfig)
     if row is None:
         n = int(rows.manifest.get("rows") or 0)
         raise NothingToShowError(f"{rows.ref} has {n} rows; no row {config.row}", f"use --row 0..{n - 1}")
-    decode = None
-    if config.tokenizer:
-        tok = load_tokenizer(config.tokenizer)
-        decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
+    decode = decoder(load_tokenizer(config.tokenizer)) if config.tokenizer else None
     return dataset_row_text(row, config.max_chars, decode)

@@ -6,10 +6,9 @@ import json
 from collections.abc import Callable
 
 from tracebank.view.conversation import Call, Conversation, DatasetRow, Message
-from tracebank.warehouse.contract import IGNORE_INDEX
+from tracebank.view.tokens import legend, marked_tokens
 
 RULE = "─"
-TRAINED_OPEN, TRAINED_CLOSE = "«", "»"
 
 
 def _cut(text: str, max_chars: int) -> str:
@@ -115,25 +114,6 @@ def conversation_text(conv: Conversation, max_chars: int = 2000) -> str:
     return "\n".join(head + body)
 
 
-def marked_tokens(ids: list[int], labels: list[int], decode: Callable[[list[int]], str]) -> str:
-    """The row's text with each trained run of tokens between « and »."""
-    out, run, trained = [], [], None
-    for tok, lab in zip(ids, labels, strict=True):
-        is_trained = lab != IGNORE_INDEX
-        if trained is not None and is_trained != trained:
-            out.append(_wrap(decode(run), trained))
-            run = []
-        run.append(tok)
-        trained = is_trained
-    if run:
-        out.append(_wrap(decode(run), bool(trained)))
-    return "".join(out)
-
-
-def _wrap(text: str, trained: bool) -> str:
-    return f"{TRAINED_OPEN}{text}{TRAINED_CLOSE}" if trained else text
-
-
 def dataset_row_text(
     row: DatasetRow, max_chars: int = 2000, decode: Callable[[list[int]], str] | None = None
 ) -> str:
@@ -150,6 +130,6 @@ def dataset_row_text(
         for m in row.call.inputs + row.call.outputs:
             lines += message_lines(m, max_chars)
     if decode is not None:
-        lines.append(f"{RULE * 2} tokens («…» = trained, the rest is masked with -100)")
+        lines.append(f"{RULE * 2} tokens ({legend()})")
         lines.append(_indent(_cut(marked_tokens(row.input_ids, row.labels, decode), max_chars * 4), "  "))
     return "\n".join(lines)

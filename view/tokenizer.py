@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tracebank.core.errors import first_line
 from tracebank.view.errors import ViewError
 
 
@@ -20,7 +21,7 @@ def load_tokenizer(path: str | Path) -> Any:
     try:
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise ViewError(f"cannot load a tokenizer from {folder}: {str(exc).splitlines()[0]}") from exc
+        raise ViewError(f"cannot load a tokenizer from {folder}: {first_line(exc)}") from exc
 
 
 def local_model_dir(models: list[str]) -> str | None:

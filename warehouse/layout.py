@@ -166,6 +166,28 @@ def is_manifest_of(key: str, folder: CommitFolder) -> bool:
     return key == f"{folder.key}/{MANIFEST}"
 
 
+# -- data file names inside committed folders (the one builder; content hashes cover these names) --
+#: The file of a reward layer version: one row per scored rollout.
+REWARD_SCORES_FILE = "scores.parquet"
+
+
+def bronze_file(table: str, index: int = 0) -> str:
+    """A collection's ``index``-th file of bronze table ``table``: ``spans-0003.parquet``."""
+    return f"{table}-{index:04d}.parquet"
+
+
+def silver_file(table: str, build: str) -> str:
+    """A silver cache's file of ``table`` written by build ``build`` (a fresh suffix per rebuild,
+    so the previous cache stays readable until the new manifest replaces it)."""
+    return f"{table}-{build}.parquet"
+
+
+def split_file(split: str, piece: int | None = None) -> str:
+    """A dataset version's file of ``split``: ``train.parquet`` when the split is one file, else its
+    ``piece``-th file ``train-00003.parquet``."""
+    return f"{split}.parquet" if piece is None else f"{split}-{piece:05d}.parquet"
+
+
 # -- train's files outside the committed folders ----------------------------------------------
 def scratch_key(run_id: str) -> str:
     """A run's scratch folder inside the warehouse (checkpoints, caches; removed by gc)."""

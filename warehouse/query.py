@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
-from tracebank.core.errors import CorruptFileError, QueryError, TracebankError, warn_damage
+from tracebank.core.errors import CorruptFileError, QueryError, TracebankError, first_line, warn_damage
 from tracebank.warehouse import catalog, columns
 from tracebank.warehouse.columns import Columns
 from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.ducktables import create_table, typed_column
 from tracebank.warehouse.location import Warehouse
-from tracebank.warehouse.records import FileEntry, Manifest
+from tracebank.warehouse.records import Manifest
 from tracebank.warehouse.storage import Storage
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def _view_over_files(con: duckdb.DuckDBPyConnection, name: str, files: list[Path
             f"FROM read_parquet({_sql_list(files)}, union_by_name = true)"
         )
     except duckdb.Error as exc:
-        _damaged_view(con, name, cols, [f"unreadable Parquet file: {_first_line(exc)}"])
+        _damaged_view(con, name, cols, [f"unreadable Parquet file: {first_line(exc)}"])
 
 
 def _internal_table(
@@ -142,24 +142,12 @@ def _files_by_table(
             table = entry.table or ""
             if only is not None and table not in only:
                 continue
-            problem = _file_problem(storage, folder, entry, check)
+            problem = storage.unreadable(folder, entry) if check else None
             if problem is not None:
                 damaged.setdefault(table, []).append(problem)
                 continue
             out.setdefault(table, []).append(folder / entry.path)
     return out
-
-
-def _file_problem(storage: Storage, folder: Path, entry: FileEntry, check: bool) -> str | None:
-    """Why a committed file cannot be read (it is gone, its size is not its manifest's, a
-    mirror could not fetch it), or None; without ``check`` nothing is looked at."""
-    if not check:
-        return None
-    try:
-        storage.entry_paths(folder, [entry])
-    except CorruptFileError as exc:
-        return exc.message
-    return None
 
 
 def _damaged_view(con: duckdb.DuckDBPyConnection, name: str, cols: Columns, problems: list[str]) -> None:
@@ -242,7 +230,7 @@ def _versioned_view(
         for entry in manifest.files:
             if (entry.table or "dataset_rows") != spec.table:
                 continue
-            problem = _file_problem(storage, folder, entry, check)
+            problem = storage.unreadable(folder, entry) if check else None
             if problem is not None:
                 problems.append(problem)
             keys["filename"].append(str(folder / entry.path))
@@ -267,7 +255,7 @@ def _versioned_view(
             f"JOIN {files} f USING (filename)"
         )
     except duckdb.Error as exc:
-        _damaged_view(con, spec.view, spec.empty, [f"unreadable Parquet file: {_first_line(exc)}"])
+        _damaged_view(con, spec.view, spec.empty, [f"unreadable Parquet file: {first_line(exc)}"])
         return []
     return keys["filename"]
 
@@ -436,7 +424,7 @@ def ensure_read_only(sql: str) -> None:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise QueryError(f"SQL syntax error: {_first_line(exc)}") from exc
+        raise QueryError(f"SQL syntax error: {first_line(exc)}") from exc
     if not statements:
         raise QueryError("empty SQL statement")
     for st in statements:
@@ -500,19 +488,15 @@ def _token_text(sql: str, pos: int) -> str:
 _TOKEN_TEXT = re.compile(r"[(]+|[)]+|[^\s()/-]+")
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
 def duckdb_error(exc: duckdb.Error) -> TracebankError:
     """What a DuckDB failure over the warehouse views means, as one of tracebank's errors: a
     damaged view names its file; a refused file or setting is the sandbox; the rest is the query."""
-    message = _first_line(exc)
+    message = first_line(exc)
     if isinstance(exc, duckdb.InvalidInputException):
         message = message.removeprefix("Invalid Input Error: ")
         if message.startswith("table ") and ("committed file" in message or "unreadable" in message):
             return CorruptFileError(message, "run `tracebank verify` to see every damaged file")
-        return QueryError(f"query failed: {_first_line(exc)}")
+        return QueryError(f"query failed: {first_line(exc)}")
     if isinstance(exc, duckdb.PermissionException):
         return QueryError(
             f"refused: {message.removeprefix('Permission Error: ')}",

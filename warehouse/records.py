@@ -283,6 +283,13 @@ class DatasetManifest(Manifest):
         """``sft`` (token rows) or ``preference`` (chosen/rejected pairs)."""
         return str(self.params.get("kind") or "sft")
 
+    def summary_lines(self, ref: object, folder: object) -> list[str]:
+        """What `tracebank datasets show` prints for this version (``ref`` NAME@vN, committed in
+        ``folder``): its counts, statistics, options, sources and files, one line each."""
+        from tracebank.warehouse.record_text import dataset_summary_lines
+
+        return dataset_summary_lines(ref, folder, self.to_json())
+
     def split_files(self) -> dict[str, list[FileEntry]]:
         """Row files per split (``train`` first)."""
         out: dict[str, list[FileEntry]] = {}

@@ -232,6 +232,16 @@ class Storage:
         key = self.wh.key(folder)
         return [self.store.fetch(f"{key}/{e.path}", e.bytes, e.sha256) for e in entries]
 
+    def unreadable(self, folder: Path, entry: FileEntry) -> str | None:
+        """Why the committed file ``entry`` of ``folder`` cannot be read (it is gone, its size is not
+        its manifest's, a mirror could not fetch it), or None. The cheap check every reader makes;
+        `tracebank verify` hashes the content too (``verify._stored_damage``)."""
+        try:
+            self.entry_paths(folder, [entry])
+        except CorruptFileError as exc:
+            return exc.message
+        return None
+
     def check_sizes(self, folder: Path, manifest: Manifest) -> None:
         """Cheap integrity check: every listed file exists with the recorded size."""
         self.entry_paths(folder, manifest.files)
@@ -295,6 +305,18 @@ class Storage:
     def silver_batches(self, collection_id: str, table: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
         """One table of a current silver cache, a few hundred rows at a time (memory: a batch)."""
         yield from iter_batches(self._current_silver_files(collection_id, table), columns, 256)
+
+    def bronze_table(
+        self, collection_id: str, manifest: CollectionManifest, table: str, columns: list[str]
+    ) -> pa.Table:
+        """``columns`` of bronze table ``table`` of the committed collection ``collection_id`` (its
+        ``manifest``), read with the bronze schema's types, in commit order."""
+        import pyarrow as pa
+        from tracebank.warehouse import schemas
+
+        files = self.files_of(self.wh.collection_dir(collection_id), manifest, table)
+        schema = schemas.BRONZE[table]
+        return read_table(files, columns=columns, schema=pa.schema([schema.field(c) for c in columns]))
 
     def silver_table(self, collection_id: str, table: str, columns: list[str] | None = None) -> pa.Table:
         """One table of a current silver cache (see :meth:`current_silver`; the caller checked it)."""
@@ -511,7 +533,7 @@ class Storage:
                         streams[name] = stack.enter_context(
                             self.parquet_stream(
                                 folder,
-                                f"{name}-{build}.parquet",
+                                layout.silver_file(name, build),
                                 name,
                                 table.schema,
                                 **(options(table) if options else {}),

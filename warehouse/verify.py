@@ -37,7 +37,11 @@ class VerifyReport:
         return f"verify: {self.files} files in {self.commits} commits checked; {state}"
 
 
-def _file_problem(store: ByteStore, key: str, entry: FileEntry, sizes: dict[str, int]) -> str | None:
+def _stored_damage(store: ByteStore, key: str, entry: FileEntry, sizes: dict[str, int]) -> str | None:
+    """What is wrong with the stored object ``key`` against its manifest ``entry``: missing, another
+    size (from one listing of the store, ``sizes``), or content that hashes differently; None when
+    intact. Unlike a reader's check (``Storage.unreadable``) nothing is downloaded: the store hashes
+    the object where it is, so a bucket is verified without a mirror."""
     size = sizes.get(key)
     if size is None:
         return "missing"
@@ -55,7 +59,7 @@ def _check_commit(
     for entry in manifest.files:
         report.files += 1
         key = f"{folder}/{entry.path}"
-        problem = _file_problem(store, key, entry, sizes)
+        problem = _stored_damage(store, key, entry, sizes)
         if problem is not None:
             report.damaged.append((f"{store.uri}/{key}", problem))
 

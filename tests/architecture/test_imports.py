@@ -189,7 +189,7 @@ def test_data_io_outside_the_warehouse_is_detected(tmp_path):
 # -- no import circles anywhere; layers inside warehouse/ -------------------------------------------
 #: warehouse/'s modules, lowest layer first: a module imports only modules of lower layers.
 WAREHOUSE_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("contract", "columns", "finite", "replay"),
+    ("contract", "columns", "finite", "replay", "record_text"),
     ("schemas", "ducktables", "records", "layout"),
     ("bronze", "atomic"),
     ("bytestore",),

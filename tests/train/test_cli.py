@@ -1,4 +1,4 @@
-"""`tracebank train`, `runs list|show` and `inspect` through click's CliRunner."""
+"""`tracebank train` and `runs list|show` through CliRunner (`inspect`: tests/view/test_inspection.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 from click.testing import CliRunner
 
 from tests.cli_args import cli_args
-from tests.fixtures.datasets import QA_PAIRS, SYSTEM, qa_rows
 from tracebank.cli.main import cli
 
 
@@ -166,38 +165,3 @@ def test_runs_list_and_show(qa_wh, cli_run, warehouse_position):
 
     missing = invoke(warehouse_position, qa_wh, "runs", "show", "zzz")
     assert missing.exit_code == 1 and missing.stderr.count("\n") == 1
-
-
-def test_inspect_marks_masked_and_trained_text(qa_wh, tiny_model, tokenizer, warehouse_position):
-    result = invoke(
-        warehouse_position, qa_wh, "inspect", "qa@v1", "--tokenizer", str(tiny_model), "--row", "2"
-    )
-    assert result.exit_code == 0, result.output
-    row = qa_rows(tokenizer, QA_PAIRS, repeat=2)[2]
-    trained = sum(1 for x in row["labels"] if x != -100)
-    question, answer = QA_PAIRS[2]
-    expected_head = [
-        f"qa@v1 train row 2 of 16: {len(row['input_ids'])} tokens, {len(row['input_ids']) - trained} masked, "
-        f"{trained} trained, reward {row['reward']}",
-        "legend: [-masked (no loss)-] {+trained+}",
-        "",
-        f"[-<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n"
-        f"<|im_start|>assistant\n-]{{+{answer}<|im_end|>\n+}}",
-        "",
-    ]
-    head = "\n".join(expected_head) + "\n"
-    assert result.stdout.startswith(head)
-    tail = result.stdout[len(head) :].splitlines()
-    assert tail[0] == "row lengths in tokens (24 rows, all splits; min 52, max 55):"
-    bars = [line for line in tail if "|" in line]
-    assert sum(int(line.rsplit(" ", 1)[1]) for line in bars[:3]) == 24  # lengths 52, 53, 55
-    assert tail[4] == "rewards (24 rows):"
-    assert "\x1b[" not in result.stdout
-
-
-def test_inspect_colours_on_request_and_refuses_bad_rows(qa_wh, tiny_model, warehouse_position):
-    coloured = invoke(warehouse_position, qa_wh, "inspect", "qa", "--tokenizer", str(tiny_model), "--color")
-    assert "\x1b[2m<|im_start|>system" in coloured.stdout and "\x1b[1;32m" in coloured.stdout
-    bad = invoke(warehouse_position, qa_wh, "inspect", "qa", "--tokenizer", str(tiny_model), "--row", "99")
-    assert bad.exit_code == 1
-    assert bad.stderr == "Error: row 99 is out of range (qa@v1 train has 16 rows)\n"

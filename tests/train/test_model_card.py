@@ -68,3 +68,15 @@ def test_written_by_train_for_a_run_names_that_run_only(tmp_path):
     (tmp_path / PROVENANCE_FILE).write_text('{"run_id": "20260101-000000-qa-0000"}')
     assert written_by_train(tmp_path) and written_by_train(tmp_path, run_id="20260101-000000-qa-0000")
     assert not written_by_train(tmp_path, run_id="20260101-000000-qa-ffff")
+
+
+def test_the_legacy_marker_is_the_output_guards_marker_named_once():
+    """A model folder from before tracebank.json holds the output guard's marker: one file name, one
+    owner (core.outputs), so a rename there cannot leave train looking for the old one."""
+    from pathlib import Path
+
+    from tracebank.core import outputs
+
+    assert LEGACY_MARKER is outputs.MARKER
+    source = (Path(__file__).resolve().parents[2] / "train" / "model_card.py").read_text()
+    assert f'"{outputs.MARKER}"' not in source

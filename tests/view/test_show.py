@@ -50,11 +50,13 @@ def test_a_dataset_row_with_a_tokenizer_marks_the_trained_tokens(view_wh):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("mixed@v1 row 2 (train) · reward ")
-    assert "── tokens («…» = trained, the rest is masked with -100)" in lines
-    tokens = result.output.split("masked with -100)\n", 1)[1]
-    # Exactly one trained stretch: the reply, after the generation prompt.
-    assert tokens.count("«") == 1 and tokens.count("»") == 1
-    assert tokens.split("«")[0].rstrip().endswith("<|im_start|>assistant")
+    assert "── tokens (legend: [-masked (no loss)-] {+trained+})" in lines
+    tokens = result.output.split("{+trained+})\n", 1)[1]
+    # Exactly one trained stretch, the reply, after the masked prompt and generation header: the
+    # marks are inspect's (view.tokens), one style for every view of a row's tokens.
+    assert tokens.count("{+") == 1 and tokens.count("+}") == 1
+    assert tokens.lstrip().startswith("[-<|im_start|>system")
+    assert tokens.split("{+")[0].endswith("<|im_start|>assistant\n  -]")  # the block is indented
 
 
 def test_a_prefix_names_a_rollout_and_unknown_ones_are_one_line(view_wh):

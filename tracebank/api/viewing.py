@@ -31,9 +31,11 @@ class ViewMethods(Handle):
     ) -> str:
         """A row of ``dataset`` decoded with its masked and trained tokens marked, then length and
         reward histograms."""
-        from tracebank.train import inspect_dataset
+        from tracebank.view import InspectConfig
+        from tracebank.view import inspect as inspect_row
 
-        return inspect_dataset(self.readable(), dataset, tokenizer, row=row, split=split, color=color)
+        config = InspectConfig(dataset, tokenizer, row=row, split=split, color=color)
+        return inspect_row(self.readable(), config)
 
     def export(self, dataset: str, *, to: str = "openai", output: str | Path, **options: Any) -> ExportResult:
         """Write ``dataset`` as chat data: ``to`` openai, trl, hf (or a preference format) at ``output``."""
