@@ -46,9 +46,6 @@ def __getattr__(name: str) -> Any:
     if name != "__version__":
         return _exports(name)
     # Looked up on first use: importlib.metadata costs more than the rest of the CLI's start.
-    from importlib.metadata import PackageNotFoundError, version
+    from tracebank.core.versions import installed_version
 
-    try:
-        return version("tracebank")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "0+unknown"
+    return installed_version("tracebank") or "0+unknown"  # a source tree never installed
