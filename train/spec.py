@@ -18,7 +18,7 @@ from typing import Any
 
 from tracebank.train.config import TrainConfig
 from tracebank.train.errors import TrainConfigError, TrainError
-from tracebank.warehouse.records import _check
+from tracebank.warehouse.records import checked_value
 
 #: Said with every refused spec: the runner writes it moments before the child starts.
 _HINT = "the training spec is written by tracebank train; start the run again"
@@ -85,11 +85,11 @@ class ChildSpec:
         if unknown or missing:
             raise ValueError("; ".join(_listed(unknown, "unknown key") + _listed(missing, "missing key")))
         hints = typing.get_type_hints(cls)
-        values = {name: _check(value, hints[name], name) for name, value in data.items() if name != "config"}
+        values = {name: checked_value(value, hints[name], name) for name, value in data.items() if name != "config"}
         for name in ("splits", "keep_rows"):  # `_check` sees an object, not what it maps to
             item = typing.get_args(hints[name])[1]
             for key, value in values[name].items():
-                _check(value, item, f"{name}.{key}")
+                checked_value(value, item, f"{name}.{key}")
         return cls(config=_config(data["config"]), **values)
 
     @classmethod
@@ -112,7 +112,7 @@ def _config(data: Any) -> TrainConfig:
     for name, value in data.items():
         if name in hints:  # an unknown one is TrainConfig.from_dict's to refuse
             hint = list[str] if typing.get_origin(hints[name]) is tuple else hints[name]  # JSON has no tuple
-            _check(value, hint, f"config.{name}")
+            checked_value(value, hint, f"config.{name}")
     return TrainConfig.from_dict(data).validate()
 
 

@@ -33,7 +33,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _check(value: Any, tp: Any, where: str) -> Any:
+def checked_value(value: Any, tp: Any, where: str) -> Any:
     """``value`` converted to ``tp`` (records from dicts), or a ValueError saying what is wrong."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
@@ -41,12 +41,12 @@ def _check(value: Any, tp: Any, where: str) -> Any:
         if value is None and type(None) in options:
             return None
         for option in (o for o in options if o is not type(None)):
-            return _check(value, option, where)
+            return checked_value(value, option, where)
     if origin is list:
         if not isinstance(value, list):
             raise ValueError(f"{where} should be a list, not {type(value).__name__}")
         (item,) = typing.get_args(tp) or (Any,)
-        return [_check(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [checked_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ValueError(f"{where} should be an object, not {type(value).__name__}")
@@ -86,13 +86,13 @@ class Record:
         ]
         if missing:
             raise ValueError(f"{where} lacks {', '.join(missing)}")
-        values = {k: _check(v, hints[k], f"{where}.{k}") for k, v in data.items() if k in known}
+        values = {k: checked_value(v, hints[k], f"{where}.{k}") for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known and k != "format_version"}
         record = cls(**values)
         if "other" in hints:
             record.other = extra  # type: ignore[attr-defined]
         if "format_version" in hints:
-            version = _check(data.get("format_version", 1), int, f"{where}.format_version")
+            version = checked_value(data.get("format_version", 1), int, f"{where}.format_version")
             if version > cls.FORMAT_VERSION:
                 raise ValueError(
                     f"{where} is format v{version}, newer than this tracebank reads (v{cls.FORMAT_VERSION})"
