@@ -85,8 +85,10 @@ class ChildSpec:
         if unknown or missing:
             raise ValueError("; ".join(_listed(unknown, "unknown key") + _listed(missing, "missing key")))
         hints = typing.get_type_hints(cls)
-        values = {name: checked_value(value, hints[name], name) for name, value in data.items() if name != "config"}
-        for name in ("splits", "keep_rows"):  # `_check` sees an object, not what it maps to
+        values = {
+            name: checked_value(value, hints[name], name) for name, value in data.items() if name != "config"
+        }
+        for name in ("splits", "keep_rows"):  # `checked_value` sees an object, not what it maps to
             item = typing.get_args(hints[name])[1]
             for key, value in values[name].items():
                 checked_value(value, item, f"{name}.{key}")
