@@ -11,7 +11,7 @@ PACKAGES := tracebank core warehouse collect transform train serve loop view res
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install vllm-env agl1-env demo test gpu-dry-run lint bench clean
+.PHONY: help install vllm-env agl1-env demo test docs gpu-dry-run lint bench clean
 
 help:  ## Show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ demo: $(STAMP)  ## Run the whole loop locally: store, proxy, agent, collect, tra
 
 test: $(STAMP) vllm-env agl1-env  ## Run the test suite (the real-vLLM and Agent Lightning 1.0 tests need their environments)
 	$(PY) -m pytest -q
+
+docs: $(STAMP)  ## Build the API reference from the docstrings into docs/api/ (pdoc; a warning fails it)
+	$(PY) scripts/api_docs.py --output docs/api
 
 # The GPU check (scripts/gpu_check.py) with --allow-cpu on the tracebank wheel installed with --target,
 # as on the GPU machine; the suite holds this test, so `make test` and CI run it too.

@@ -12,9 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-#: Signature of every stage's ``on_event`` callback.
-OnEvent = Callable[["Event"], None]
-
 
 @dataclass(frozen=True)
 class Metric:
@@ -90,6 +87,12 @@ class Event:
             else:
                 out[f.name] = value
         return out
+
+
+# Defined after Event (not as the string "Event"), so a reader of another module's annotations
+# (pdoc, typing.get_type_hints) resolves it where ``OnEvent`` is imported.
+OnEvent = Callable[[Event], None]
+"""Signature of every stage's ``on_event`` callback."""
 
 
 # --- the loop: a round, the Algorithm, the demo -------------------------------------------------

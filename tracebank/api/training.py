@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracebank.api.base import Handle
+from tracebank.api.base import Handle, outside_event_loop
 from tracebank.api.options import build_config
 from tracebank.core.events import OnEvent
 
@@ -75,8 +75,10 @@ class TrainMethods(Handle):
             agent, count = runners if isinstance(runners, tuple) else (runners, 1)
             local = LocalRunners(store_url, load_agent(agent) if isinstance(agent, str) else agent, n=count)
         with local:
-            return run_round(
-                store_url, task_list, model, config, wh=wh, output_model=output_model, on_event=on_event
+            return outside_event_loop(
+                lambda: run_round(
+                    store_url, task_list, model, config, wh=wh, output_model=output_model, on_event=on_event
+                )
             )
 
     def demo(self, *, on_event: OnEvent | None = None, **options: Any) -> DemoResult:
