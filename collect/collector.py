@@ -17,7 +17,6 @@ import errno
 import gc
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from tracebank.collect.sources import Source, as_source
 from tracebank.core import events as ev
 from tracebank.core.errors import TracebankError, first_line
 from tracebank.core.events import OnEvent
+from tracebank.core.loops import outside_event_loop
 from tracebank.warehouse.claims import POLL_S, Claim, Owner, release, try_claim, warehouse_claim
 from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.location import Warehouse
@@ -228,11 +228,4 @@ def collect(
     or CollectUsageError (all TracebankErrors) with nothing committed. One collect of a
     warehouse runs at a time: another waits (``on_event`` gets a WaitingForWarehouse, once).
     """
-    run = collect_async(source, wh, config, on_event)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(run)
-    # Called from inside a running loop (a notebook): run on a thread with a loop of its own.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, run).result()
+    return outside_event_loop(lambda: asyncio.run(collect_async(source, wh, config, on_event)))

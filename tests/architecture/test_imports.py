@@ -59,6 +59,8 @@ def test_every_package_folder_is_installed_under_the_namespace():
         for init in (ROOT / folder).rglob("__init__.py"):
             sub = init.parent.relative_to(ROOT / folder).parts
             assert ".".join(("tracebank", folder, *sub)) in listed, init
+    for init in (ROOT / "tracebank").rglob("__init__.py"):  # the API and the CLI: a wheel has them too
+        assert ".".join(init.parent.relative_to(ROOT).parts) in listed, init
 
 
 def test_nothing_imports_the_old_top_level_names():

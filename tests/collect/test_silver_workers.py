@@ -82,7 +82,7 @@ def test_a_script_that_builds_at_its_top_level_is_not_run_again_by_the_workers(t
         textwrap.dedent(
             f"""
             from tracebank.collect import build_silver
-            from tracebank.warehouse.location import Warehouse
+            from tracebank.warehouse.backends import open_warehouse
             with open({str(marker)!r}, "a") as fh:
                 fh.write("run\\n")
             print(len(build_silver(open_warehouse({str(wh.root)!r}), workers=2)))

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracebank.api.base import Handle, outside_event_loop
+from tracebank.api.base import Handle
 from tracebank.api.options import build_config
 from tracebank.core.events import OnEvent
+from tracebank.core.loops import outside_event_loop
 
 if TYPE_CHECKING:
     from tracebank.loop import DemoResult, RoundConfig, RoundResult
