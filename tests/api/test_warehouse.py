@@ -120,8 +120,8 @@ def test_a_warehouse_on_s3_works_like_a_folder(s3_bucket, base):
     [
         ({"top_fraction": 0.5, "collections": ["c1"]}, ["--top-fraction", "0.5", "--collection", "c1"]),
         (
-            {"kind": "preference", "min_margin": 0.25, "pairs_per_task": 2},
-            ["--kind", "preference", "--min-margin", "0.25", "--pairs-per-task", "2"],
+            {"kind": "preference", "min_margin": 0.75, "pairs_per_task": 2},
+            ["--kind", "preference", "--min-margin", "0.75", "--pairs-per-task", "2"],
         ),
     ],
     ids=["sft", "preference"],
@@ -136,6 +136,8 @@ def test_transform_gives_the_cli_s_version(pair, options, flags, capsys):
     assert version.hash == cli_version.hash and version.rows == cli_version.rows > 0
     assert out.output == version.summary() + "\n"
     assert version.manifest["params"] == cli_version.manifest["params"]
+    if "min_margin" in options:  # the option changed what was kept: a dropped one would show
+        assert version.counts["below_margin"] > 0
 
 
 def test_a_transform_without_silver_builds_it_in_both(base_no_silver, tmp_path):
@@ -224,10 +226,6 @@ def test_rescore_with_a_module_s_function_is_rescore_with_its_name(pair, scorer_
     assert by_function.record.scorer == "api_test_scorers:shorter" and by_function.record.counts["scored"] > 0
 
 
-def _local_scorer(rollout):  # top of a test module: importable, but only as tests.api.test_warehouse
-    return 1.0
-
-
 def test_rescore_with_an_unimportable_function_is_one_line(base, tmp_path):
     wh = tracebank.open(copy_of(base, tmp_path / "wh"))
 
@@ -235,7 +233,7 @@ def test_rescore_with_an_unimportable_function_is_one_line(base, tmp_path):
         return 1.0
 
     main_scorer = type(inner)(inner.__code__, {"__name__": "__main__"}, "main_scorer")
-    main_scorer.__module__ = "__main__"
+    main_scorer.__module__, main_scorer.__qualname__ = "__main__", "main_scorer"  # as a script's own
     for scorer in (inner, main_scorer, lambda rollout: 1.0):
         with pytest.raises(UsageError) as raised:
             wh.rescore(scorer, name="x")
@@ -270,7 +268,12 @@ def test_collect_reports_progress_to_the_end_and_waits_for_the_claim(filled_stor
         if isinstance(event, ev.WaitingForWarehouse):
             threading.Timer(0.2, release, (claim, other)).start()
 
-    result = wh.collect(filled_store, tag="round-1", on_event=on_event)
+    fallback = threading.Timer(60, release, (claim, other))  # never hang, whatever collect reports
+    fallback.start()
+    try:
+        result = wh.collect(filled_store, tag="round-1", on_event=on_event)
+    finally:
+        fallback.cancel()
     assert result.counts["rollouts"] == 30
     assert isinstance(events[0], ev.WaitingForWarehouse) and "another collect" in events[0].note
     progress = [e for e in events if isinstance(e, ev.CollectProgress)]
@@ -283,7 +286,7 @@ def test_collect_reports_progress_to_the_end_and_waits_for_the_claim(filled_stor
 # -- 8. hostile input through the API ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tag", ["a\nb", "", "   ", "x" * 101])
+@pytest.mark.parametrize("tag", ["a\nb", "", "   ", "x" * 101, 5])
 def test_a_bad_tag_is_refused_in_one_line_before_anything_is_written(tmp_path, tag):
     where = tmp_path / "wh"
     with pytest.raises(UsageError) as raised:

@@ -37,7 +37,7 @@ def build_base(root: Path, silver: bool = True) -> Path:
     (preference pairs); their silver tables built unless ``silver`` is off."""
     wh = Warehouse(root).init()
     commit_collection(wh, sft_spans(), collection_id="c1", silver=silver)
-    commit_03(wh, plan(seed=5))
+    commit_03(wh, plan(seed=5, tasks=30))
     if not silver:
         shutil.rmtree(wh.silver_dir)
         wh.silver_dir.mkdir()
