@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 from tracebank.warehouse.storage import Storage
 
+from tests.api.warehouses import sft_spans
 from tests.cli_args import cli_args
 from tests.fixtures.bronze import commit_collection
 from tests.fixtures.proxy_spans import Call, call_spans, reward_span
@@ -16,15 +17,7 @@ from tracebank.cli.main import cli
 
 @pytest.fixture
 def filled(wh):
-    spans = []
-    for i in range(4):
-        r, a = f"r{i}", f"r{i}-a1"
-        spans += call_spans(r, a, 1, Call(list(range(10 + i)), [1, 2, 3]), 1.0)
-        spans += call_spans(r, a, 2, Call(list(range(20)), [4, 5]), 2.0)
-        if i < 3:
-            spans.append(reward_span(r, a, 3, 0.25 * (i + 1), 3.0))
-    spans += call_spans("r0", "r0-a1", 4, Call([], [1]), 4.0)  # rejected: empty prompt
-    commit_collection(wh, spans, collection_id="c1")
+    commit_collection(wh, sft_spans(), collection_id="c1")
     return wh
 
 

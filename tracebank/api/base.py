@@ -12,12 +12,19 @@ class Handle(Warehouse):
     Reading methods need a warehouse that exists; writing ones create its layout first.
     """
 
+    def _format(self) -> bytes | None:
+        """The format file's bytes, read once per handle: every stage checks the format on entry
+        (a library caller may call one directly), and a bucket's would be a request each time."""
+        data: bytes | None = self.__dict__.get("_format_bytes")
+        if data is None:
+            data = super()._format()
+            if data is not None:  # a warehouse that does not exist yet is looked for again
+                object.__setattr__(self, "_format_bytes", data)
+        return data
+
     def readable(self) -> Handle:
-        """Self, once the warehouse exists and this tracebank can read it (else one line); the
-        format is read once per handle."""
-        if not getattr(self, "_readable", False):
-            self.check_format()
-            self._readable = True
+        """Self, once the warehouse exists and this tracebank can read it (else one line)."""
+        self.check_format()
         return self
 
     def writable(self) -> Handle:

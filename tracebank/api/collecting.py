@@ -32,7 +32,7 @@ def _source(source: str | Path | Source, version: str, agl_key: str) -> Source:
 def _check_tag(tag: str | None) -> None:
     from tracebank.collect.errors import CollectUsageError
 
-    if tag is not None and (not tag.strip() or "\n" in tag or len(tag) > 100):
+    if tag is not None and (not isinstance(tag, str) or not tag.strip() or "\n" in tag or len(tag) > 100):
         raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
 
 

@@ -42,11 +42,16 @@ def build_config(cls: type[C], options: dict[str, Any], command: str) -> C:
         if key in own:
             top[key] = value
             continue
-        owner = next((name for name, sub in nested.items() if key in _field_names(sub)), None)
-        if owner is None:
+        owners = [name for name, sub in nested.items() if key in _field_names(sub)]
+        if not owners:
             known = sorted((own - set(nested)) | {n for sub in nested.values() for n in _field_names(sub)})
             raise UsageError(f"{command} takes no option {key!r}", f"it takes {', '.join(known)}")
-        groups[owner][key] = value
+        if len(owners) > 1:  # putting it in one of them would be a guess
+            raise UsageError(
+                f"{command}'s option {key!r} belongs to {' and '.join(owners)}",
+                f"pass {owners[0]}=dataclasses.replace(..., {key}=...) for the one you mean",
+            )
+        groups[owners[0]][key] = value
     for name, values in groups.items():
         if values:
             base = top.get(name) or _default(cls, name)

@@ -19,8 +19,9 @@ Params = Sequence[Any] | Mapping[str, Any] | None
 class SqlResult:
     """A read-only statement over the warehouse views (``Warehouse.sql``).
 
-    It runs when first read: ``rows()`` needs no pyarrow (so ``tracebank sql`` starts fast);
-    ``arrow()``, ``pl()`` and ``df()`` share one Arrow result.
+    It runs when first read: ``rows()`` needs no pyarrow (so ``tracebank sql`` starts fast) and is
+    DuckDB's own conversion to Python values; ``arrow()``, ``pl()`` and ``df()`` share one Arrow
+    result (a second run of the statement when ``rows()`` was read too).
     """
 
     def __init__(self, wh: Warehouse, statement: str, params: Params = None) -> None:
@@ -38,10 +39,12 @@ class SqlResult:
         return self._arrow
 
     def pl(self) -> pl.DataFrame:
-        """The result as a ``polars.DataFrame``."""
+        """The result as a ``polars.DataFrame`` (its columns need distinct names)."""
         import polars as pl
 
-        frame = pl.from_arrow(self.arrow())
+        table = self.arrow()
+        _refuse_repeated_names(table.column_names, "polars")
+        frame = pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)
         return frame
 
@@ -51,14 +54,12 @@ class SqlResult:
 
     def result_rows(self) -> ResultRows:
         """Column names and rows as Python values (what ``tracebank sql`` prints)."""
-        from tracebank.warehouse.query import ResultRows, sql_rows
+        from tracebank.warehouse.query import sql_rows
 
+        # Always DuckDB's own conversion, never derived from ``arrow()``: Arrow's to_pylist folds
+        # columns of the same name together and turns a MAP, INTERVAL or HUGEINT into other values.
         if self._rows is None:
-            if self._arrow is not None:
-                table = self._arrow
-                self._rows = ResultRows(table.column_names, [tuple(r.values()) for r in table.to_pylist()])
-            else:
-                self._rows = sql_rows(self._wh, self.statement, self.params)
+            self._rows = sql_rows(self._wh, self.statement, self.params)
         return self._rows
 
     @property
@@ -72,3 +73,15 @@ class SqlResult:
 
     def __repr__(self) -> str:
         return f"SqlResult({self.statement!r})"
+
+
+def _refuse_repeated_names(names: list[str], reader: str) -> None:
+    """One line naming the repeated column (polars refuses it with a traceback of its own)."""
+    from tracebank.core.errors import QueryError
+
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise QueryError(
+            f"{reader} needs distinct column names; the result repeats {', '.join(map(repr, repeated))}",
+            "name the columns with AS, or read the result with .rows() or .arrow()",
+        )

@@ -38,6 +38,6 @@ def open(location: str | os.PathLike[str] | None = None) -> Warehouse:  # noqa: 
     an existing warehouse's format is checked here, once."""
     store = open_store(locate(location))
     wh = Warehouse(store.root, store)
-    if wh.exists():
+    if wh.exists():  # reads the format once; every later check uses what was read
         wh.check_format()
     return wh
