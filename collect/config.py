@@ -61,6 +61,7 @@ class CollectConfig:
 
     def validate(self) -> CollectConfig:
         """Return self, or raise a one-line CollectUsageError naming the bad field."""
+        check_tag(self.tag)
         bad = [s for s in self.statuses if s not in ROLLOUT_STATUSES]
         if bad or not self.statuses:
             raise CollectUsageError(
@@ -89,6 +90,19 @@ class CollectConfig:
             "since": self.since,
             "attempts": self.attempts,
         }
+
+
+def check_tag(tag: object) -> None:
+    """A round's tag is one line of at most 100 printable characters (it is shown in listings)."""
+    if tag is None:
+        return
+    if (
+        not isinstance(tag, str)
+        or not tag.strip()
+        or len(tag) > 100
+        or any(c < " " or c == "\x7f" for c in tag)
+    ):
+        raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
 
 
 def parse_since(text: str) -> float:

@@ -286,7 +286,7 @@ def test_collect_reports_progress_to_the_end_and_waits_for_the_claim(filled_stor
 # -- 8. hostile input through the API ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tag", ["a\nb", "", "   ", "x" * 101, 5])
+@pytest.mark.parametrize("tag", ["a\nb", "a\rb", "\x1b]0;x\x07", "", "   ", "x" * 101, 5])
 def test_a_bad_tag_is_refused_in_one_line_before_anything_is_written(tmp_path, tag):
     where = tmp_path / "wh"
     with pytest.raises(UsageError) as raised:

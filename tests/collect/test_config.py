@@ -61,3 +61,10 @@ def test_defaults_are_valid_and_recorded():
 
 def test_url_is_normalised():
     assert check_url(" http://127.0.0.1:4747/ ") == "http://127.0.0.1:4747"
+
+
+@pytest.mark.parametrize("tag", ["a\nb", "a\rb", "\x1b[2J", "", "x" * 101, 5])
+def test_a_tag_is_one_printable_line_whoever_calls_collect(tag):
+    """The config owns the check, so a caller of tracebank.collect.collect gets it too."""
+    with pytest.raises(CollectUsageError, match="invalid --tag"):
+        CollectConfig(tag=tag).validate()

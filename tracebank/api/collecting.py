@@ -29,13 +29,6 @@ def _source(source: str | Path | Source, version: str, agl_key: str) -> Source:
     return source
 
 
-def _check_tag(tag: str | None) -> None:
-    from tracebank.collect.errors import CollectUsageError
-
-    if tag is not None and (not isinstance(tag, str) or not tag.strip() or "\n" in tag or len(tag) > 100):
-        raise CollectUsageError(f"invalid --tag {tag!r}", "use one line of at most 100 characters")
-
-
 class CollectMethods(Handle):
     def collect(
         self,
@@ -55,9 +48,9 @@ class CollectMethods(Handle):
         and failed rollouts. Attempts already in the warehouse are skipped.
         """
         from tracebank.collect import collect, parse_since
-        from tracebank.collect.config import AGL1_STATUSES, CollectConfig
+        from tracebank.collect.config import AGL1_STATUSES, CollectConfig, check_tag
 
-        _check_tag(options.get("tag"))
+        check_tag(options.get("tag"))  # before a server is asked which Agent Lightning it runs
         if isinstance(options.get("since"), str):
             options["since"] = parse_since(options["since"])
         src = _source(source, version, agl_key)
