@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from tracebank.train.config import Environment, Resolved, TrainConfig
 from tracebank.train.errors import TrainConfigError
 from tracebank.train.recipe import parallel_arguments, training_arguments
+from tracebank.train.spec import ChildSpec
 from tracebank.train.supervisor import child_command
 from tracebank.warehouse import catalog
 
@@ -68,7 +69,12 @@ def test_fsdp_arguments_reach_training_arguments_and_the_fsdp_plugin(tmp_path, m
     config = cfg(finetune="full", fsdp=True, nproc_per_node=2, gradient_checkpointing=True).validate()
     resolved = config.resolve(GPU)
     resolved = Resolved(**{**vars(resolved), "bf16": False})  # this CPU box cannot build bf16 arguments
-    args = SFTConfig(**training_arguments(config, resolved, {"scratch_dir": str(tmp_path)}, "no"))
+    spec = ChildSpec(
+        config=config, base_model="m", splits={}, keep_rows={}, max_length=8, truncate=False,
+        max_token_id=0, staging_dir=str(tmp_path / "out"), scratch_dir=str(tmp_path),
+        events=str(tmp_path / "events"), content_hash=None, logging_dir=str(tmp_path / "logs"),
+    )  # fmt: skip
+    args = SFTConfig(**training_arguments(config, resolved, spec, "no"))
     assert args.fsdp and not args.gradient_checkpointing and not args.use_cpu
     plugin = args.fsdp_plugin_args
     assert plugin["fsdp_version"] == 2 and plugin["auto_wrap_policy"] == FSDP_AUTO_WRAP_POLICY[0]
