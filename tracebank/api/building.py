@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any
 from tracebank.api.base import Handle, emitter
 from tracebank.api.dataset import Dataset
 from tracebank.api.options import build_config
-from tracebank.core import events as ev
-from tracebank.core.events import OnEvent
 
 if TYPE_CHECKING:
+    from tracebank.core.events import OnEvent
     from tracebank.rescore import RescoreResult
     from tracebank.warehouse.query import ResultRows
 
@@ -20,13 +19,14 @@ class BuildMethods(Handle):
     def _current_silver(self, collections: tuple[str, ...], force: bool, emit: OnEvent) -> None:
         """Build the silver tables of ``collections`` where missing or stale (all with ``force``)."""
         from tracebank.collect import build_silver, silver_summary
+        from tracebank.core.events import SilverBuilt
         from tracebank.warehouse.storage import Storage
 
         storage = Storage(self)
         before = {cid: storage.current_silver(cid) for cid in collections}
         for manifest in build_silver(self, collections, force=force):
             if force or before.get(manifest.collection_id) is None:
-                emit(ev.SilverBuilt(manifest.collection_id, silver_summary(manifest)))
+                emit(SilverBuilt(manifest.collection_id, silver_summary(manifest)))
 
     def transform(
         self, dataset: str, *, rebuild_silver: bool = False, on_event: OnEvent | None = None, **options: Any

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from tracebank.api.base import Handle
 from tracebank.api.options import build_config
-from tracebank.core.events import OnEvent
 
 if TYPE_CHECKING:
     from tracebank.collect import CollectResult, Source
     from tracebank.collect.repair import RepairResult
+    from tracebank.core.events import OnEvent
     from tracebank.warehouse.records import SilverManifest
 
 

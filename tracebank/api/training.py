@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from tracebank.api.base import Handle
 from tracebank.api.options import build_config
-from tracebank.core.events import OnEvent
 from tracebank.core.loops import outside_event_loop
 
 if TYPE_CHECKING:
+    from tracebank.core.events import OnEvent
     from tracebank.loop import DemoResult, RoundConfig, RoundResult
     from tracebank.warehouse.query import ResultRows
     from tracebank.warehouse.records import RunRecord
