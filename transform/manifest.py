@@ -185,7 +185,8 @@ def identical_line(ref: str, content_hash: str) -> str:
 
 
 def summary_line(manifest: dict[str, Any]) -> str:
-    """``wrote NAME@vN: R rows (of C calls; U unrewarded, X rejected), T tokens, hash H``."""
+    """``wrote NAME@vN: R rows (of C calls; U unrewarded, X rejected), T tokens, hash H`` (with a
+    reward layer, ``U rollouts unscored by LAYER@vN`` in place of the unrewarded calls)."""
     c = manifest["counts"]
     if (manifest.get("params") or {}).get("kind") == "preference":
         return (
@@ -195,8 +196,15 @@ def summary_line(manifest: dict[str, Any]) -> str:
             f"hash {manifest['content_hash'][:8]}"
         )
     rejected = sum(c.get("rejected", {}).values())
+    layer = c.get("reward_layer")
+    # with a layer, its score is the reward: what it left out is what no reward reached
+    left_out = (
+        f"{layer['unscored_rollouts']:,} rollouts unscored by {layer['ref']}"
+        if layer and "unscored_rollouts" in layer
+        else f"{c['unrewarded']:,} unrewarded"
+    )
     return (
         f"wrote {manifest['name']}@v{manifest['version']}: {manifest['rows']:,} rows "
-        f"(of {c['calls']:,} calls; {c['unrewarded']:,} unrewarded, {rejected:,} rejected), "
+        f"(of {c['calls']:,} calls; {left_out}, {rejected:,} rejected), "
         f"{manifest['stats']['tokens']:,} tokens, hash {manifest['content_hash'][:8]}"
     )

@@ -25,7 +25,7 @@ from tracebank.transform.errors import EmptyDatasetError
 from tracebank.transform.inputs import CALL_COLUMNS as SFT_CALL_COLUMNS
 from tracebank.transform.inputs import REWARD_COLUMNS, TOKEN_COLUMNS, Chosen, require_silver
 from tracebank.transform.preference import select_pairs
-from tracebank.transform.rewards import apply_layer
+from tracebank.transform.rewards import layer_scores, scored_only
 from tracebank.transform.select import rollout_scores
 from tracebank.transform.triplets import CallCounts, rewarded_calls
 from tracebank.transform.version import Planned, TransformResult, commit_version
@@ -52,8 +52,11 @@ def _with_order(table: pa.Table, order: int) -> pl.DataFrame:
     return _frame(table).with_columns(pl.lit(order, pl.Int32).alias("source_order"))
 
 
-def load_calls(wh: Warehouse, chosen: Chosen) -> tuple[pl.DataFrame, pl.DataFrame, CallCounts]:
-    """(rewarded calls with tokens and task, each rollout's task, the call counts) of ``chosen``."""
+def load_calls(
+    wh: Warehouse, chosen: Chosen, keep_unrewarded: bool = False
+) -> tuple[pl.DataFrame, pl.DataFrame, CallCounts]:
+    """(rewarded calls with tokens and task, each rollout's task, the call counts) of ``chosen``;
+    ``keep_unrewarded`` keeps the calls no collected reward reaches too (a reward layer scores them)."""
     storage = Storage(wh)
     calls, rewards, attempts, inputs = [], [], [], []
     for order, (cid, manifest) in enumerate(chosen):
@@ -68,7 +71,7 @@ def load_calls(wh: Warehouse, chosen: Chosen) -> tuple[pl.DataFrame, pl.DataFram
     counts = CallCounts()
     attempt_frame = pl.concat([a.select("rollout_id", "attempt_id", "sequence_id") for a in attempts])
     rewarded = rewarded_calls(
-        pl.concat(calls, how="vertical_relaxed"), pl.concat(rewards), attempt_frame, counts
+        pl.concat(calls, how="vertical_relaxed"), pl.concat(rewards), attempt_frame, counts, keep_unrewarded
     )
     # 1.0's sibling key where it recorded one, else the rollout's input (0.3's task); without either a
     # rollout is a task of its own (a singleton), never grouped with other task-less rollouts
@@ -164,13 +167,14 @@ def _margins(table: pa.Table) -> dict[str, Any]:
 
 def build_preference(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> TransformResult:
     """Commit the next version of ``config.name`` with preference pairs (see the module docstring)."""
-    calls, tasks, call_counts = load_calls(wh, chosen)
+    calls, tasks, call_counts = load_calls(wh, chosen, keep_unrewarded=config.rewards is not None)
     scores = rollout_scores(calls)
     layer_counts: dict[str, Any] = {}
-    if config.rewards is not None:
-        scores, layer, unscored = apply_layer(wh, config.rewards, scores)
-        config = dataclasses.replace(config, rewards=layer["ref"])  # params (and hash) name its version
-        layer_counts = {"reward_layer": layer, "unscored_rollouts": unscored}
+    if config.rewards is not None:  # every rollout the layer scored, collected reward or not
+        layer, record = layer_scores(wh, config.rewards)
+        scores, record = scored_only(scores, layer, record)
+        config = dataclasses.replace(config, rewards=record["ref"])  # params (and hash) name its version
+        layer_counts = {"reward_layer": record}
     pairs, counts = select_pairs(
         candidates_of(calls, tasks, scores, config.preference.unit), config.preference
     )

@@ -22,7 +22,7 @@ from tracebank.core import memory
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.transform.inputs import Chosen, Inputs
-from tracebank.transform.rewards import layer_scores, with_layer_rewards
+from tracebank.transform.rewards import calls_with_layer, layer_scores
 from tracebank.transform.rows import CallTokens, RowTokens, build_rows
 from tracebank.transform.select import rollout_scores, select_rows
 from tracebank.transform.triplets import CallCounts, rewarded_calls
@@ -70,18 +70,22 @@ def plan_recipe(
 
     Raises EmptyDatasetError when no train row is left."""
     call_counts = CallCounts()
-    rewarded = rewarded_calls(inputs.calls, inputs.rewards, inputs.attempts, call_counts)
+    # ``--rewards``: a layer's score is every call's reward, collected reward or not
+    rewarded = rewarded_calls(
+        inputs.calls, inputs.rewards, inputs.attempts, call_counts, keep_unrewarded=layer is not None
+    )
     rewarded = rewarded.sort(["rollout_id", "call_index"])
     tasks = inputs.rollouts.unique("rollout_id", keep="last").select("rollout_id", "task")
     names = inputs.names
     inputs.drop_tables()  # what follows needs only the rewarded calls and the ids' names
-    rows, source, merge_stats = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
-    scores = rollout_scores(rewarded).join(tasks, on="rollout_id", how="left")
-    del rewarded, tasks
+    scores = rollout_scores(rewarded)
     recorded = None
-    if layer is not None:  # ``--rewards``: each row's reward is its rollout's score in the layer
+    if layer is not None:
         coded = names.code(layer[0], "rollout_id")
-        rows, scores, recorded = with_layer_rewards(rows, scores, coded, layer[1])
+        rewarded, scores, recorded = calls_with_layer(rewarded, scores, coded, layer[1])
+    rows, source, merge_stats = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
+    scores = scores.join(tasks, on="rollout_id", how="left")
+    del rewarded, tasks
     # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
     rows = rows.sort(["rollout_id", "call_index"], descending=[False, True])
     train, validation, select_counts = select_rows(rows, scores, config, source)

@@ -58,22 +58,30 @@ def layer_scores(wh: Warehouse, ref: str) -> tuple[pl.DataFrame, dict[str, Any]]
     return scored.select("rollout_id", "score").sort("rollout_id"), record
 
 
-def apply_layer(wh: Warehouse, ref: str, scores: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, Any], int]:
-    """``scores`` (rollout_id, score) with the layer's scores instead; rollouts it left unscored are
-    dropped (their count is the third value); the second is the layer's manifest record."""
-    layer, record = layer_scores(wh, ref)
-    rescored = scores.select("rollout_id").join(layer, on="rollout_id", how="inner")
-    return rescored, record, scores.height - rescored.height
+def scored_only(
+    scores: pl.DataFrame, layer: pl.DataFrame, record: dict[str, Any]
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """``scores`` (rollout_id, score: the collected final reward, null where none) with the layer's
+    scores instead, for the rollouts the layer scored; the rest are left out. The record gains
+    ``scored_rollouts``, ``unscored_rollouts`` and ``scored_without_collected_reward``."""
+    rescored = scores.select("rollout_id").join(layer, on="rollout_id", how="inner", maintain_order="left")
+    uncollected = scores.filter(pl.col("score").is_null()).join(layer, on="rollout_id", how="semi")
+    return rescored, {
+        **record,
+        "scored_rollouts": rescored.height,
+        "unscored_rollouts": scores.height - rescored.height,
+        "scored_without_collected_reward": uncollected.height,
+    }
 
 
-def with_layer_rewards(
-    rows: pl.DataFrame, scores: pl.DataFrame, layer: pl.DataFrame, record: dict[str, Any]
+def calls_with_layer(
+    calls: pl.DataFrame, scores: pl.DataFrame, layer: pl.DataFrame, record: dict[str, Any]
 ) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    """SFT rows and rollout scores with the layer's score (:func:`layer_scores`) as every row's reward;
-    rows of rollouts the layer left unscored are dropped. The third value is what the manifest
-    records (``record`` and that count)."""
-    kept = scores.drop("score").join(layer, on="rollout_id", how="inner", maintain_order="left")
-    rows = rows.drop("reward").join(
-        layer.rename({"score": "reward"}), on="rollout_id", how="inner", maintain_order="left"
+    """The calls of the rollouts the layer scored, each carrying its rollout's layer score as its
+    ``reward`` (whether or not the rollout had a collected reward), the rollouts' scores, and what
+    the manifest records (:func:`scored_only`). ``scores`` holds every rollout of ``calls``."""
+    rescored, recorded = scored_only(scores, layer, record)
+    kept = calls.drop("reward").join(
+        rescored.rename({"score": "reward"}), on="rollout_id", how="inner", maintain_order="left"
     )
-    return rows, kept, {**record, "unscored_rollouts": scores.height - kept.height}
+    return kept, rescored, recorded

@@ -54,11 +54,11 @@ def recipe_order(rewards: list[float], fraction: float, rng: random.Random) -> l
 
 
 def rollout_scores(calls: pl.DataFrame) -> pl.DataFrame:
-    """Each rollout's final reward: the reward its last rewarded call carries."""
+    """Each rollout's final reward: the reward its last rewarded call carries (null: none does)."""
     return (
         calls.sort(["rollout_id", "call_index"])
         .group_by("rollout_id", maintain_order=True)
-        .agg(pl.col("reward").last().alias("score"))
+        .agg(pl.col("reward").drop_nulls().last().alias("score"))
     )
 
 

@@ -133,13 +133,19 @@ def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> np.ndarray:
 
 
 def rewarded_calls(
-    calls: pl.DataFrame, rewards: pl.DataFrame, attempts: pl.DataFrame, counts: CallCounts
+    calls: pl.DataFrame,
+    rewards: pl.DataFrame,
+    attempts: pl.DataFrame,
+    counts: CallCounts,
+    keep_unrewarded: bool = False,
 ) -> pl.DataFrame:
     """Every call that carries a reward (rules 1-5), in rollout then call order.
 
     ``calls``/``rewards`` are silver rows of the chosen collections plus a
     ``source_order`` column (the collection's position); ``attempts`` bronze rows.
     Adds ``reward`` (carried) and ``own_reward`` (matched to this call) columns.
+    ``keep_unrewarded`` keeps every usable call, ``reward`` null where none is carried (a reward
+    layer gives those their rollout's score); the counts still say what the collected rewards reached.
     """
     latest = latest_attempts(attempts)
     calls = _latest_only(calls, latest)
@@ -169,7 +175,6 @@ def rewarded_calls(
     out = usable.with_columns(pl.Series("own_reward", own, dtype=pl.Float64).fill_nan(None))
     out = out.with_columns(pl.col("own_reward").backward_fill().over("rollout_id").alias("reward"))
     out = out.with_columns(pl.int_range(pl.len()).over("rollout_id").alias("call_index"))
-    result = out.filter(pl.col("reward").is_not_null())
-    counts.rewarded = result.height
+    counts.rewarded = int(out.get_column("reward").is_not_null().sum())
     counts.unrewarded = counts.calls - counts.rewarded
-    return result
+    return out if keep_unrewarded else out.filter(pl.col("reward").is_not_null())

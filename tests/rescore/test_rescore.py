@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -110,7 +111,7 @@ def test_failures_are_counted_with_their_first_line(wh, rollouts, scorers):
             assert row["score"] == r.reward
     assert "failed (first: ValueError: no good)" in result.summary()
     pairs = transform(wh, TransformConfig(name="p", kind="preference", rewards="flaky"))
-    assert pairs.manifest["counts"]["unscored_rollouts"] == len(failing) + len(nones)
+    assert pairs.manifest["counts"]["reward_layer"]["unscored_rollouts"] == len(failing) + len(nones)
 
 
 def test_a_changed_source_is_a_new_version_and_bad_scorers_are_one_line(wh, rollouts, scorers):
@@ -141,6 +142,63 @@ def test_sft_rows_are_selected_by_the_layer(wh, rollouts, scorers):
     assert kept != {r["rollout_id"] for r in rows if r["version"] == collected.ref.version}
     assert rescored.manifest["params"]["rewards"] == "short@v1"
     assert rescored.manifest["counts"]["reward_layer"]["ref"] == "short@v1"
+
+
+def _uncollected(rollouts):
+    """Every other rollout as if its reward function had crashed: no reward span at all."""
+    return [dataclasses.replace(r, reward=None) if i % 2 else r for i, r in enumerate(rollouts)]
+
+
+def test_rollouts_without_a_collected_reward_are_selected_by_their_layer_score(wh, scorers):
+    """The finding: `--rewards` left out every rollout that had no collected reward, even the ones
+    the layer scored highest; only rollouts that already had a reward were re-ranked."""
+    planned = _uncollected(plan(seed=7))
+    commit_03(wh, planned)
+    rescore(wh, RescoreConfig(scorer=f"{scorers}:shorter", name="short", workers=1))
+    options = {"top_fraction": 0.5, "select_by": "rollout", "val_fraction": 0.0}
+    result = transform(wh, TransformConfig(name="sft", rewards="short", **options))
+    score = {r.rollout_id: -float(len(r.replies[-1])) for r in planned}
+    uncollected = {r.rollout_id for r in planned if r.reward is None}
+    rows = run_sql(wh, "SELECT rollout_id, reward FROM dataset_rows WHERE dataset = 'sft'").to_pylist()
+    kept = {r["rollout_id"] for r in rows}
+    # the recipe's cut over every scored rollout: the best half by score, collected reward or not
+    ranked = sorted(score.values(), reverse=True)
+    threshold = ranked[max(1, int(len(ranked) * 0.5)) - 1]
+    assert kept & uncollected and len(kept) == max(1, int(len(score) * 0.5))
+    assert all(score[k] >= threshold for k in kept)
+    assert all(r["reward"] == score[r["rollout_id"]] for r in rows)
+    calls = sum(len(r.calls) for r in planned if r.rollout_id in kept)
+    assert len(rows) == calls  # every call of a kept rollout, including those no reward reached
+    layer = result.manifest["counts"]["reward_layer"]
+    assert layer["scored_rollouts"] == len(planned) and layer["unscored_rollouts"] == 0
+    assert layer["scored_without_collected_reward"] == len(uncollected) > 0
+    pairs = transform(wh, TransformConfig(name="p", kind="preference", rewards="short"))
+    paired = {
+        r["rollout_id"]
+        for r in run_sql(
+            wh,
+            "SELECT chosen_rollout_id AS rollout_id FROM preference_rows UNION "
+            "SELECT rejected_rollout_id FROM preference_rows",
+        ).to_pylist()
+    }
+    assert paired & uncollected
+    assert pairs.manifest["counts"]["reward_layer"]["scored_without_collected_reward"] == len(uncollected)
+
+
+def test_a_layer_that_leaves_rollouts_unscored_leaves_them_out_and_counts_them(wh):
+    planned = _uncollected(plan(seed=9))
+    commit_03(wh, planned)
+    scored = {r.rollout_id: float(i) for i, r in enumerate(planned) if i % 3}
+    commit_layer(wh, "some", scored)
+    result = transform(wh, TransformConfig(name="sft", rewards="some", top_fraction=1.0, val_fraction=0.0))
+    rows = run_sql(wh, "SELECT DISTINCT rollout_id FROM dataset_rows WHERE dataset = 'sft'").to_pylist()
+    assert {r["rollout_id"] for r in rows} == set(scored)
+    layer = result.manifest["counts"]["reward_layer"]
+    assert layer["unscored_rollouts"] == len(planned) - len(scored) > 0
+    assert f"; {layer['unscored_rollouts']} rollouts unscored by some@v1, 0 rejected)" in result.summary()
+    assert layer["scored_without_collected_reward"] == len(
+        {r.rollout_id for r in planned if r.reward is None} & set(scored)
+    )
 
 
 EXTREME = """
