@@ -122,3 +122,34 @@ def parse_since(text: str) -> float:
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
     return when.timestamp()
+
+
+@dataclass(frozen=True)
+class ReceiveConfig:
+    """The OTLP/HTTP receiver's socket and batching (``tracebank receive``'s flags, one to one)."""
+
+    port: int = 4318
+    """TCP port to listen on (4318 is OTLP/HTTP's; 0 picks a free one)."""
+    host: str = "127.0.0.1"
+    """Address to bind; anything but loopback also needs --allow-remote and a token."""
+    allow_remote: bool = False
+    """Allow a non-loopback --host; refused without a token."""
+    token_env: str | None = None
+    """Environment variable holding a bearer token every request must carry (Authorization: Bearer)."""
+    batch_seconds: float = field(default=5.0, metadata={"range": {"min": 0, "min_open": True}})
+    """A trace is committed once no span of it arrived for this long."""
+    max_body: int = field(default=16 * 1024 * 1024, metadata={"range": {"min": 1}})
+    """Largest request body in bytes, also after gunzip; larger ones get 413."""
+    max_pending_spans: int = 200_000
+    """Spans held before a commit; past it requests get 503 (the exporter retries)."""
+    spool: str | None = None
+    """Folder the received conversations wait in until committed; default: a private temporary
+    folder, removed at exit once empty."""
+
+    def validate(self) -> ReceiveConfig:
+        """Return self, or raise a one-line CollectUsageError naming the bad field."""
+        if not 0 <= int(self.port) <= 65535:
+            raise CollectUsageError(f"invalid --port {self.port}", "use 0-65535")
+        if self.batch_seconds <= 0 or self.max_body < 1 or self.max_pending_spans < 1:
+            raise CollectUsageError("--batch-seconds, --max-body and max_pending_spans must be positive")
+        return self

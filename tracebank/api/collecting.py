@@ -9,7 +9,11 @@ from tracebank.api.base import Handle
 from tracebank.api.options import build_config
 
 if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+
     from tracebank.collect import CollectResult, Source
+    from tracebank.collect.receiver import ReceiveResult
     from tracebank.collect.repair import RepairResult
     from tracebank.core.events import OnEvent
     from tracebank.warehouse.records import SilverManifest
@@ -74,3 +78,52 @@ class CollectMethods(Handle):
         from tracebank.collect.repair import repair_duplicates
 
         return repair_duplicates(self.readable(), new_collection_id, on_event=on_event)
+
+    def receive(
+        self,
+        *,
+        stop: threading.Event | None = None,
+        on_ready: Callable[[str], None] | None = None,
+        **options: Any,
+    ) -> ReceiveResult:
+        """Receive OTLP/HTTP traces on ``/v1/traces`` and commit their LLM calls until stopped.
+
+        Keywords are :class:`ReceiveConfig`'s (``port``, ``host``, ``batch_seconds``, ``max_body``,
+        ``allow_remote``, ``spool``, ``token_env``: an environment variable holding a bearer token
+        every request must carry). Each trace (quiet for ``batch_seconds``) becomes one
+        conversation committed through ``collect``; ``stop`` set, Ctrl-C or SIGTERM commits what is
+        held and returns. ``on_ready`` gets the URL once the socket listens.
+        """
+        import shutil
+        import tempfile
+
+        from tracebank.collect import SpoolSource
+        from tracebank.collect.config import ReceiveConfig
+        from tracebank.collect.receiver import Receiver, check_host
+
+        config = build_config(ReceiveConfig, options, "receive").validate()
+        token = _token(config.token_env)
+        check_host(config.host, config.allow_remote, bool(token))
+        spool = Path(config.spool) if config.spool else Path(tempfile.mkdtemp(prefix="tracebank-receive-"))
+        receiver = Receiver(config, token, spool, lambda: self.collect(SpoolSource(spool)))
+        result = receiver.run(stop, on_ready)
+        if not config.spool and not any(spool.iterdir()):
+            shutil.rmtree(spool, ignore_errors=True)
+        elif not config.spool:
+            left = f"uncommitted entries left in {spool}: `tracebank collect --spool {spool}`"
+            result.warnings.append(left)
+        return result
+
+
+def _token(token_env: str | None) -> str:
+    """The bearer token from the variable ``token_env`` names ('' when none is asked for)."""
+    import os
+
+    from tracebank.collect.errors import CollectUsageError
+
+    if not token_env:
+        return ""
+    token = os.environ.get(token_env, "")
+    if not token.strip():
+        raise CollectUsageError(f"--token-env {token_env}: that variable is not set or empty")
+    return token

@@ -34,6 +34,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 COMMAND_MODULES = {
     "collect": "collect_cmd",
     "rebuild-silver": "collect_cmd",
+    "receive": "receive_cmd",
     "repair-duplicates": "collect_cmd",
     "datasets": "transform_cmd",
     "demo": "demo_cmd",
@@ -61,6 +62,7 @@ COMMAND_SUMMARIES = {
     "histograms.",
     "rebuild-silver": "Build the silver tables (llm_calls, rewards, messages) of committed collections "
     "again.",
+    "receive": "Receive OpenTelemetry traces (OTLP/HTTP) and commit their LLM calls until stopped.",
     "repair-duplicates": "Keep one copy of every attempt that collects running at once stored twice.",
     "report": "Write a self-contained HTML report (plots and conversations, no network needed).",
     "rescore": "Score every archived rollout with a function of yours, without running the agents again.",
