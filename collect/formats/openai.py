@@ -57,7 +57,8 @@ def _kind(record: dict[str, Any]) -> str | None:
 
 
 def sniff(head: bytes) -> bool:
-    """Whether the file's first line is a log line or a Batch output line."""
+    """Whether the file's first non-blank line is a log line or a Batch output line."""
+    head = head.lstrip()
     end = head.find(b"\n")
     if end < 0 and len(head) >= SNIFF_BYTES:
         # the first line is longer than the head: judge by the keys it names, or starts with

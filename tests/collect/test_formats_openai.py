@@ -238,6 +238,7 @@ def test_sniff_says_yes_to_logs_and_batch_lines_and_no_to_chat_atif_and_otlp():
 
     assert fmt.sniff(head(GOOD)) and fmt.sniff(head(batch_line("x", 200, {})))
     assert fmt.sniff(json.dumps(GOOD).encode())  # a one-line file without a newline
+    assert fmt.sniff(b"\n  \n" + head(GOOD))
     long_first = b'{"request": {"messages": [{"role": "user", "content": "' + b"x" * lines.SNIFF_BYTES
     assert fmt.sniff((long_first + b'"}]}, "response": {}}\n')[: lines.SNIFF_BYTES])
     assert not fmt.sniff(head({"messages": QUESTION, "tools": []}))
