@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tracebank.collect.conversation import BadRecord, Conversation
+from tracebank.collect.conversation import BadRecord, Conversation, spool_entry
 from tracebank.collect.formats import lines
 from tracebank.collect.formats import openai as fmt
 from tracebank.serve.process import start_cpu_server
@@ -83,6 +83,8 @@ def test_the_openai_clients_logged_calls_keep_the_servers_token_ids(cpu_server, 
     assert single.calls[0].output == {"role": "assistant", "content": alone.choices[0].message.content}
     assert single.rollout_id.startswith("sha256:") and single.calls[0].timestamp == alone.created
     assert [c.rollout_id for c in parsed(log)[0]] == [c.rollout_id for c in conversations]  # re-import
+    entry = spool_entry(grouped)  # what the collect path commits: strict JSON, one event per call
+    assert len(json.loads(json.dumps(entry, allow_nan=False))["events_by_attempt"]["1"]) == 2
 
 
 def test_real_vllm_responses_give_token_ids_logprobs_and_tool_calls(tmp_path):
