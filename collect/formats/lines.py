@@ -9,6 +9,7 @@ line is skipped without being held in memory whole.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import Iterator
@@ -99,3 +100,28 @@ def json_document(path: Path, limit: int = MAX_RECORD_BYTES) -> Any | BadRecord:
     if len(data) > limit:
         return BadRecord(path.name, f"longer than {limit} bytes")
     return checked_value(data, path.name)
+
+
+def token_ids(value: Any) -> list[int] | None:
+    """``value`` if it is a list of token ids (non-negative ints, not bools), else None."""
+    if isinstance(value, list) and all(type(i) is int and 0 <= i < 2**31 for i in value):
+        return value
+    return None
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float if it is a finite JSON number (not a bool, not NaN or infinity), else None.
+
+    Python's JSON reader accepts ``NaN`` and ``Infinity``; a reward or log-probability spelled so
+    would poison sums and canonical hashes, so it counts as absent."""
+    if type(value) in (int, float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def finite_numbers(value: Any) -> list[float] | None:
+    """``value`` as floats if it is a list of finite JSON numbers, else None."""
+    if not isinstance(value, list):
+        return None
+    out = [finite_number(v) for v in value]
+    return None if any(v is None for v in out) else [v for v in out if v is not None]
