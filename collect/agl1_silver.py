@@ -97,6 +97,19 @@ def call_fields(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def agent_of(data: dict[str, Any]) -> str | None:
+    """The call's agent: a tag the agent set (the event's ``agent``, else the request's
+    ``metadata.agent``), else the model it asked for (1.0 records no agent spans)."""
+    request = data.get("request")
+    request = request if isinstance(request, dict) else {}
+    metadata = request.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    for tag in (data.get("agent"), metadata.get("agent"), data.get("model"), request.get("model")):
+        if isinstance(tag, str):
+            return tag
+    return None
+
+
 def reject_reason(fields: dict[str, Any]) -> str | None:
     """Why 1.0 would not train on a call (None when it would), before de-duplication."""
     if fields["status"] == "error":
@@ -237,6 +250,7 @@ def silver_from_events(events: pa.Table, rollouts: pa.Table, collection_id: str)
                 "source": "agl1",
                 "data_id": data_id,
                 "is_train": is_train,
+                "agent": agent_of(data),
             }
         )
         messages += [{**where, **row} for row in message_rows(data)]

@@ -25,6 +25,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from tracebank.collect import rewards as reward_rules
+from tracebank.collect.agents import LINK_COLUMNS, Links, add_links, agents_of
 from tracebank.collect.agl1_silver import silver_from_events
 from tracebank.collect.errors import UnknownCollectionError
 from tracebank.collect.tokens import MISSING, parse_prompt_lists, parse_token_lists
@@ -408,15 +409,41 @@ def silver_pieces(wh: Warehouse, collection_id: str) -> Iterator[dict[str, pa.Ta
         return
     con = duckdb.connect(":memory:", config={"threads": SILVER_THREADS})
     try:
-        for spans in span_batches(span_files(wh, collection_id)):
+        files = span_files(wh, collection_id)
+        links = span_links(files, con)
+        for spans in span_batches(files):
             register_spans(con, spans)
             yield {
-                "llm_calls": extract_calls(con, collection_id),
+                "llm_calls": with_agents(extract_calls(con, collection_id), links),
                 "rewards": extract_rewards(con, collection_id),
                 "messages": extract_messages(con, collection_id),
             }
     finally:
         con.close()
+
+
+def span_links(files: list[Path], con: duckdb.DuckDBPyConnection) -> Links:
+    """Every span's parent and own agent name (``collect.agents``): a call's agent may sit in
+    another batch, so the tree is read first, a small batch of spans at a time."""
+    links: Links = {}
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in iter_batches(files, LINK_COLUMNS, batch_size=_READ_ROWS):
+        pending.append(batch)
+        size += batch.column(LINK_COLUMNS.index("attributes")).nbytes
+        if size >= SPAN_BATCH_BYTES:
+            add_links(links, pa.Table.from_batches(pending), con)
+            pending, size = [], 0
+    if pending:
+        add_links(links, pa.Table.from_batches(pending), con)
+    return links
+
+
+def with_agents(calls: pa.Table, links: Links) -> pa.Table:
+    """``calls`` with ``agent``: the name of each call's enclosing agent span (null: none)."""
+    keys = zip(*(calls.column(c).to_pylist() for c in ("rollout_id", "attempt_id", "span_id")), strict=True)
+    at = calls.schema.get_field_index("agent")
+    return calls.set_column(at, "agent", agents_of(links, keys))
 
 
 def cached_manifest(wh: Warehouse, collection_id: str) -> SilverManifest | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -135,6 +136,10 @@ class TransformConfig:
     rewards: str | None = None
     """Reward layer NAME or NAME@vN (from `tracebank rescore`) whose scores replace the collected rewards."""
 
+    agent: str | None = None
+    """Keep only calls whose agent matches this Python regular expression (re.search, as Agent Lightning
+    0.3's agent_match; calls with no agent are left out); default: every call."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form notes recorded in the manifest (not part of the content hash)."""
 
@@ -166,7 +171,20 @@ class TransformConfig:
         if self.address is not None and self.engine != "ray":
             raise TransformUsageError("--address only applies to --engine ray")
         self._validate_kind()
+        self._validate_agent()
         return self
+
+    def _validate_agent(self) -> None:
+        if self.agent is None:
+            return
+        if self.rules == "agl1":
+            raise TransformUsageError(
+                "--agent does not apply to --rules agl1 (1.0's adapter has no agent_match)"
+            )
+        try:
+            re.compile(self.agent)
+        except re.error as exc:
+            raise TransformUsageError(f"--agent is not a regular expression: {exc}") from None
 
     def _validate_kind(self) -> None:
         if self.kind not in KINDS:
@@ -234,9 +252,10 @@ class TransformConfig:
             out.pop("kind")
             out.pop("preference")
         else:  # the SFT selection options do not apply to pairs
-            out = {k: out[k] for k in ("name", "collections", "kind", "preference", "rewards")}
-        if self.rewards is None:
-            out.pop("rewards")
+            out = {k: out[k] for k in ("name", "collections", "kind", "preference", "rewards", "agent")}
+        for optional in ("rewards", "agent"):  # so versions built without them keep their hashes
+            if out[optional] is None:
+                out.pop(optional)
         out["collections"] = sorted(self.collections)
         return out
 

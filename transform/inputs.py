@@ -43,6 +43,7 @@ CALL_COLUMNS = [
     "response_len",
     "reject_reason",
     "span_index",
+    "agent",
 ]
 TOKEN_COLUMNS = ["prompt_token_ids", "response_token_ids"]
 REWARD_COLUMNS = [

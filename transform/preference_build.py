@@ -53,10 +53,11 @@ def _with_order(table: pa.Table, order: int) -> pl.DataFrame:
 
 
 def load_calls(
-    wh: Warehouse, chosen: Chosen, keep_unrewarded: bool = False
+    wh: Warehouse, chosen: Chosen, keep_unrewarded: bool = False, agent: str | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame, CallCounts]:
     """(rewarded calls with tokens and task, each rollout's task, the call counts) of ``chosen``;
-    ``keep_unrewarded`` keeps the calls no collected reward reaches too (a reward layer scores them)."""
+    ``keep_unrewarded`` keeps the calls no collected reward reaches too (a reward layer scores them);
+    ``agent`` keeps only the calls of the agents it matches (``--agent``)."""
     storage = Storage(wh)
     calls, rewards, attempts, inputs = [], [], [], []
     for order, (cid, manifest) in enumerate(chosen):
@@ -71,7 +72,12 @@ def load_calls(
     counts = CallCounts()
     attempt_frame = pl.concat([a.select("rollout_id", "attempt_id", "sequence_id") for a in attempts])
     rewarded = rewarded_calls(
-        pl.concat(calls, how="vertical_relaxed"), pl.concat(rewards), attempt_frame, counts, keep_unrewarded
+        pl.concat(calls, how="vertical_relaxed"),
+        pl.concat(rewards),
+        attempt_frame,
+        counts,
+        keep_unrewarded,
+        agent,
     )
     # 1.0's sibling key where it recorded one, else the rollout's input (0.3's task); without either a
     # rollout is a task of its own (a singleton), never grouped with other task-less rollouts
@@ -167,7 +173,9 @@ def _margins(table: pa.Table) -> dict[str, Any]:
 
 def build_preference(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> TransformResult:
     """Commit the next version of ``config.name`` with preference pairs (see the module docstring)."""
-    calls, tasks, call_counts = load_calls(wh, chosen, keep_unrewarded=config.rewards is not None)
+    calls, tasks, call_counts = load_calls(
+        wh, chosen, keep_unrewarded=config.rewards is not None, agent=config.agent
+    )
     scores = rollout_scores(calls)
     layer_counts: dict[str, Any] = {}
     if config.rewards is not None:  # every rollout the layer scored, collected reward or not

@@ -72,7 +72,12 @@ def plan_recipe(
     call_counts = CallCounts()
     # ``--rewards``: a layer's score is every call's reward, collected reward or not
     rewarded = rewarded_calls(
-        inputs.calls, inputs.rewards, inputs.attempts, call_counts, keep_unrewarded=layer is not None
+        inputs.calls,
+        inputs.rewards,
+        inputs.attempts,
+        call_counts,
+        keep_unrewarded=layer is not None,
+        agent=config.agent,
     )
     rewarded = rewarded.sort(["rollout_id", "call_index"])
     tasks = inputs.rollouts.unique("rollout_id", keep="last").select("rollout_id", "task")

@@ -19,6 +19,7 @@ token lists stay in Arrow/Polars buffers throughout.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ class CallCounts:
 
     rollouts: int = 0
     call_spans: int = 0
+    other_agents: int = 0
     calls: int = 0
     duplicate_calls: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
@@ -132,12 +134,21 @@ def _match_rewards(calls: pl.DataFrame, rewards: pl.DataFrame) -> np.ndarray:
     return assigned
 
 
+def matching_agents(agents: pl.Series, pattern: str) -> list[str]:
+    """The distinct agent names ``re.search(pattern, name)`` matches (upstream's agent_match test;
+    Python's re, not Polars', so the semantics are upstream's exactly). A call with no agent never
+    matches. The pattern is the user's own: a slow one costs once per distinct name."""
+    regex = re.compile(pattern)
+    return [name for name in agents.drop_nulls().unique().to_list() if regex.search(name)]
+
+
 def rewarded_calls(
     calls: pl.DataFrame,
     rewards: pl.DataFrame,
     attempts: pl.DataFrame,
     counts: CallCounts,
     keep_unrewarded: bool = False,
+    agent: str | None = None,
 ) -> pl.DataFrame:
     """Every call that carries a reward (rules 1-5), in rollout then call order.
 
@@ -146,10 +157,16 @@ def rewarded_calls(
     Adds ``reward`` (carried) and ``own_reward`` (matched to this call) columns.
     ``keep_unrewarded`` keeps every usable call, ``reward`` null where none is carried (a reward
     layer gives those their rollout's score); the counts still say what the collected rewards reached.
+    ``agent`` keeps only the calls of matching agents, before de-duplication and reward matching, as
+    upstream's ``agent_match`` finds calls before it matches rewards to them.
     """
     latest = latest_attempts(attempts)
     calls = _latest_only(calls, latest)
     counts.rollouts = latest.height
+    if agent is not None:
+        kept = calls.filter(pl.col("agent").is_in(matching_agents(calls.get_column("agent"), agent)))
+        counts.other_agents = calls.height - kept.height
+        calls = kept
     counts.call_spans = calls.height
     rejected = calls.filter(pl.col("reject_reason").is_not_null())
     counts.rejected = dict(sorted(rejected.group_by("reject_reason").len().iter_rows()))

@@ -54,6 +54,7 @@ class Call:
     inputs: list[Message] = field(default_factory=list)
     outputs: list[Message] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
+    agent: str | None = None  # record text: printed terminal-safe like every other
 
 
 @dataclass
@@ -119,7 +120,7 @@ def _messages_of(con: duckdb.DuckDBPyConnection, rollout_id: str, attempt_id: st
 def _calls_of(con: duckdb.DuckDBPyConnection, rollout_id: str, attempt_id: str) -> list[Call]:
     rows = _rows(
         con,
-        "SELECT sequence_id, span_id, model, prompt_len, response_len, reject_reason FROM llm_calls "
+        "SELECT sequence_id, span_id, model, prompt_len, response_len, reject_reason, agent FROM llm_calls "
         "WHERE rollout_id = ? AND attempt_id = ? "
         f"ORDER BY sequence_id, reject_reason IS NOT NULL, span_name <> '{RAW_LLM_SPAN}', start_time",
         [rollout_id, attempt_id],
@@ -299,7 +300,8 @@ def _stage_calls(con: duckdb.DuckDBPyConnection, rows: VersionRows) -> None:
     con.execute("CREATE SCHEMA IF NOT EXISTS view_stage")
     con.execute(
         "CREATE OR REPLACE TABLE view_stage.calls AS SELECT c.rollout_id, c.attempt_id, c.span_id, "
-        "c.sequence_id, c.model, c.prompt_len, c.response_len, c.reject_reason FROM llm_calls c SEMI JOIN "
+        "c.sequence_id, c.model, c.prompt_len, c.response_len, c.reject_reason, c.agent "
+        "FROM llm_calls c SEMI JOIN "
         "(SELECT rollout_id, attempt_id, span_id FROM dataset_rows WHERE dataset = ? AND version = ?) d "
         "USING (rollout_id, attempt_id, span_id)",
         [rows.name, rows.version],
@@ -324,7 +326,7 @@ def _calls_by_span(
     spans = _rows(
         con,
         "SELECT c.rollout_id, c.attempt_id, c.span_id, c.sequence_id, c.model, c.prompt_len, c.response_len, "
-        "c.reject_reason FROM view_stage.calls c JOIN _wanted USING (rollout_id, attempt_id)",
+        "c.reject_reason, c.agent FROM view_stage.calls c JOIN _wanted USING (rollout_id, attempt_id)",
         [],
     )
     msgs = _rows(
@@ -340,7 +342,13 @@ def _calls_by_span(
     for s in spans:
         key = (s["rollout_id"], s["attempt_id"], s["sequence_id"])
         call = Call(
-            s["sequence_id"], s["span_id"], s["model"], s["prompt_len"], s["response_len"], s["reject_reason"]
+            s["sequence_id"],
+            s["span_id"],
+            s["model"],
+            s["prompt_len"],
+            s["response_len"],
+            s["reject_reason"],
+            agent=s["agent"],
         )
         _attach(call, by_seq.get(key, []))
         out[(s["rollout_id"], s["attempt_id"], s["span_id"])] = call

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from tracebank.core.text import visible
 from tracebank.view.conversation import Call, Conversation, DatasetRow, Message
 from tracebank.view.tokens import legend, marked_tokens
 
@@ -48,6 +49,8 @@ def call_header(index: int, call: Call) -> str:
     parts = [f"call {index}", f"seq {call.sequence_id}"]
     if call.model:
         parts.append(call.model)
+    if call.agent is not None:
+        parts.append(f"agent {visible(call.agent, keep='')}")  # a newline in it cannot fake a line
     if call.prompt_len is not None:
         parts.append(f"prompt {call.prompt_len} tok")
     if call.response_len is not None:

@@ -78,6 +78,7 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
 @config_option(PreferenceRules, "pairing", type=click.Choice(PAIRINGS))
 @config_option(PreferenceRules, "unit", type=click.Choice(UNITS))
 @config_option(TransformConfig, "rewards", metavar="NAME[@vN]")
+@config_option(TransformConfig, "agent", metavar="REGEX")
 @pass_warehouse
 def transform(
     wh: Any,
