@@ -100,6 +100,7 @@ LLM_CALLS: Columns = (
     ("http_status", "int32"),
     ("status", "string"),  # ok | error
     ("retry_count", "int32"),
+    ("token_source", "string"),  # engine: the served ids were recorded | text: only the text was
 )
 
 REWARDS: Columns = (

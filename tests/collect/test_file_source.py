@@ -36,6 +36,8 @@ def test_a_file_goes_in_once_with_its_calls_messages_and_rewards(wh, tmp_path):
     assert first.counts["rollouts"] == 2 and first.counts["bad_records"] == 0
     calls = run_sql(wh, "SELECT rollout_id FROM llm_calls ORDER BY ALL").column(0).to_pylist()
     assert calls == ["conv-1", "conv-1", *[r for r in calls if r.startswith("sha256:")]] and len(calls) == 4
+    sources = run_sql(wh, "SELECT DISTINCT token_source, reject_reason FROM llm_calls").to_pylist()
+    assert sources == [{"token_source": "text", "reject_reason": "no_prompt_ids"}]
     rewards = run_sql(wh, "SELECT value FROM rewards").column(0).to_pylist()
     assert rewards == [0.5]
     again = tracebank.open(wh.root).collect(str(path), format="chat")
@@ -115,7 +117,7 @@ def test_the_cli_prints_the_format_and_the_bad_records_without_a_traceback(wh, t
     assert re.fullmatch(
         rf"collected c\w+-\w+ from chat:{re.escape(str(path))}: 1 new rollouts, 2 events, 0 skipped, "
         r"1 bad records, 0 evicted in \d+\.\ds\n"
-        r"silver: 2 llm calls \(0 with token ids\), 0 rewards, 8 messages\n",
+        r"silver: 2 llm calls \(0 with token ids, 2 text only\), 0 rewards, 8 messages\n",
         out.stdout,
     )
     assert out.stderr == "Warning: train.jsonl:2: not a JSON object (a list)\n"
