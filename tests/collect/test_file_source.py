@@ -127,3 +127,16 @@ def test_the_cli_prints_the_format_and_the_bad_records_without_a_traceback(wh, t
     )
     missing = CliRunner().invoke(cli, [*base[:-1], str(tmp_path / "nope"), "--format", "chat"])
     assert missing.exit_code == 2 and missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
+
+
+def test_seed_003s_data_folder_goes_in_with_one_command_and_its_format_sniffed(wh, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text(_line(0) + "\n" + _line(1) + "\n")
+    (data / "valid.jsonl").write_text(_line(2) + "\n")
+    (data / "notes.txt").write_text("not a trace\n")
+    out = CliRunner().invoke(cli, ["--warehouse", str(wh.root), "collect", str(data)])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith("collected ")
+    assert f" from chat:{data}: 3 new rollouts, 6 events" in out.stdout
+    assert out.stderr == "Warning: notes.txt: left out (not a known format; give --format)\n"
