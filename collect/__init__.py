@@ -26,6 +26,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "tracebank.collect.sources": (
             "Agl1ServerSource",
+            "FileSource",
             "Source",
             "SpoolSource",
             "StoreSource",

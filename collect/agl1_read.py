@@ -51,21 +51,24 @@ async def read_spool_folder(
             where = await asyncio.to_thread(reject, path)
             batch.note("rejected", 1)
             batch.warn(f"spool file {path.name} rejected: {entry}; {where}")
-        elif not _keep(entry, config):
-            batch.note("filtered_out", 1)
-        else:
-            _take(entry, batch)
+        elif offer_entry(entry, batch, config):
             taken.append(path)
         if progress is not None:
             progress(done, len(paths))
     batch.on_commit(lambda: remove_entries(taken))
 
 
-def _take(entry: SpoolEntry, batch: Batch) -> None:
+def offer_entry(entry: SpoolEntry, batch: Batch, config: CollectConfig) -> bool:
+    """Hand one checked 1.0 entry to ``batch`` (the batch's skip rule drops one it holds already);
+    False when ``config``'s filters leave it out (counted as filtered out)."""
+    if not _keep(entry, config):
+        batch.note("filtered_out", 1)
+        return False
     if batch.wants(*entry.key):
         rows = event_rows(entry)
         complete = bool(entry.data.get("events_complete"))
         batch.add_events(rollout_row(entry), attempt_row(entry, rows), rows, complete)
+    return True
 
 
 async def read_server(

@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 from tracebank.warehouse import schemas
+from tracebank.warehouse.contract import ENGINE, TEXT
 
 MODEL_REQUEST = "model_request"
 REWARD = "reward"
@@ -247,6 +248,7 @@ def silver_from_events(events: pa.Table, rollouts: pa.Table, collection_id: str)
                 "prompt_len": len(prompt),
                 "response_len": len(response),
                 "reject_reason": reject_reason(fields),
+                "token_source": ENGINE if prompt and response else TEXT,
                 "source": "agl1",
                 "data_id": data_id,
                 "is_train": is_train,

@@ -63,8 +63,12 @@ class CollectResult:
         c = self.counts
         head = f"collected {self.collection_id}" if self.committed else "nothing new"
         records = f"{c['events']} events" if "events" in c else f"{c['spans']} spans"  # 1.0 | 0.3
+        bad = ""
+        if "bad_records" in c:  # a file source: name its format (the store is FORMAT:PATH)
+            head += f" from {self.store}"
+            bad = f", {c['bad_records']} bad records"
         return (
-            f"{head}: {c['rollouts']} new rollouts, {records}, {c['skipped']} skipped, "
+            f"{head}: {c['rollouts']} new rollouts, {records}, {c['skipped']} skipped{bad}, "
             f"{c['evicted']} evicted in {self.seconds['total']:.1f}s"
         )
 

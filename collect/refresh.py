@@ -62,7 +62,8 @@ def build_silver(
 def silver_summary(manifest: SilverManifest) -> str:
     """``N llm calls (U with token ids), R rewards, M messages``: a silver cache in one line."""
     c = manifest.counts
+    text = f", {c['text_calls']} text only" if c.get("text_calls") else ""
     return (
-        f"{c['llm_calls']} llm calls ({c['usable_calls']} with token ids), "
+        f"{c['llm_calls']} llm calls ({c['usable_calls']} with token ids{text}), "
         f"{c['rewards']} rewards, {c['messages']} messages"
     )

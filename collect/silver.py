@@ -33,10 +33,12 @@ from tracebank.core.arrowutil import arrow_ints, repeat_string, string_scalar
 from tracebank.warehouse import schemas
 from tracebank.warehouse.contract import (
     ANNOTATION_SPAN,
+    ENGINE,
     LITELLM_SPAN,
     RAW_LLM_SPAN,
     REWARD_PREFIX,
     SILVER_VERSION,
+    TEXT,
 )
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import FileEntry, SilverManifest
@@ -330,6 +332,7 @@ def extract_calls(con: duckdb.DuckDBPyConnection, collection_id: str) -> pa.Tabl
             "prompt_token_ids": p_ids,
             "response_token_ids": resp_ids,
             "reject_reason": reason,
+            "token_source": repeat_string(ENGINE, n),  # a 0.3 span's ids are the engine's, when present
             "span_index": c.column("span_index"),
         }
     )
@@ -484,13 +487,15 @@ def write_silver(
 ) -> SilverManifest:
     """Commit computed silver tables (whole, or piece by piece) as the cache of ``collection_id``."""
     counts: dict[str, int] = {name: 0 for name in schemas.SILVER}
-    counts["usable_calls"] = 0
+    counts["usable_calls"] = counts["text_calls"] = 0
 
     def counted() -> Iterator[dict[str, pa.Table]]:
         for piece in [pieces] if isinstance(pieces, dict) else pieces:
             for name, table in piece.items():
                 counts[name] += table.num_rows
-            counts["usable_calls"] += piece["llm_calls"].column("reject_reason").null_count
+            calls = piece["llm_calls"]
+            counts["usable_calls"] += calls.column("reject_reason").null_count
+            counts["text_calls"] += pc.sum(pc.equal(calls.column("token_source"), TEXT)).as_py() or 0
             yield piece
 
     def manifest(files: list[FileEntry]) -> SilverManifest:

@@ -7,7 +7,7 @@ collect claim, the skip rule, redaction, files, the manifest and the commit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -15,6 +15,7 @@ from tracebank.collect.agl1_read import is_agl1_server, read_server, read_spool_
 from tracebank.collect.batch import Batch, Progress, Records
 from tracebank.collect.config import VERSIONS, CollectConfig
 from tracebank.collect.errors import CollectUsageError
+from tracebank.collect.file_read import FilePlan, plan_files, read_files
 from tracebank.collect.source import describe_store
 from tracebank.collect.store_read import read_store
 
@@ -87,6 +88,28 @@ class SpoolSource:
 
     async def read(self, batch: Batch, config: CollectConfig, progress: Progress | None) -> None:
         await read_spool_folder(Path(self.folder), batch, config, progress)
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """A text or log file, or a folder of them: chat files, OpenAI / vLLM logs, OTLP spans, ATIF."""
+
+    path: Path
+    """The file, or the folder whose regular files are read (sorted)."""
+    format: str | None = None
+    """The format's name (``chat``, ``openai``, ``otlp``, ``atif``); None: sniffed per file."""
+    records: ClassVar[Records] = "events"
+    plan: FilePlan = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:  # a missing path or unknown format fails here, in one line
+        object.__setattr__(self, "plan", plan_files(Path(self.path), self.format))
+
+    @property
+    def description(self) -> str:
+        return f"{self.plan.format}:{self.path}"
+
+    async def read(self, batch: Batch, config: CollectConfig, progress: Progress | None) -> None:
+        await read_files(self.plan, batch, config, progress)
 
 
 def as_source(source: Any) -> Source:

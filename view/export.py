@@ -1,7 +1,8 @@
 """`export NAME@vN`: a dataset version in the formats trainers take.
 
-- ``openai``: OpenAI chat fine-tuning JSONL, one ``{"messages": [...]}`` per row, tool
-  calls as ``tool_calls``; assistant turns the version does not train get ``weight: 0``.
+- ``openai``: OpenAI chat fine-tuning JSONL, one ``{"messages": [...], "tools": [...]}`` per
+  row (``tools`` ``[]`` when the call offered none), tool calls as ``tool_calls``; assistant
+  turns the version does not train get ``weight: 0``. ``collect PATH --format chat`` reads it back.
 - ``trl-prompt-completion``: TRL's conversational prompt-completion rows: TRL trains on
   the completion only, which is what the version trains.
 - ``trl-messages``: TRL's conversational ``{"messages": [...]}`` rows (TRL trains every
@@ -122,7 +123,9 @@ def _record(fmt: str, row: DatasetRow) -> dict[str, Any]:
         record = {"messages": _plain(row.call.inputs + row.call.outputs)}
     else:
         record = prompt_completion(row)
-    if row.call.tools:
+    if fmt == "openai":  # on every row, [] too: seed 003's trainer reads row["tools"] unguarded
+        record["tools"] = row.call.tools or []
+    elif row.call.tools:
         record["tools"] = row.call.tools
     return record
 

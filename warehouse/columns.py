@@ -100,6 +100,7 @@ LLM_CALLS: Columns = (
     ("http_status", "int32"),
     ("status", "string"),  # ok | error
     ("retry_count", "int32"),
+    ("token_source", "string"),  # engine: the served ids were recorded | text: only the text was
     # The agent that made the call: 0.3 spans, the enclosing agent span's name as upstream's
     # TracerTraceToTriplet names it; 1.0 events, the agent's own tag, else the request's model.
     ("agent", "string"),

@@ -21,5 +21,8 @@ REWARD_PREFIX = "agentlightning.reward"
 
 #: Version of the silver tables' derivation; a cache built by another version is rebuilt.
 # 2: Agent Lightning 1.0 columns (model_version, logprobs, ...); 3: messages gained tool_calls,
-# tool_call_id and tools; 4: llm_calls gained agent.
+# tool_call_id and tools; 4: llm_calls gained token_source (engine | text) and agent.
 SILVER_VERSION = 4
+#: ``llm_calls.token_source``: the serving engine's ids were recorded, or only the text was (a
+#: chat file, a text log): such a call becomes rows only through a tokenizer's chat template.
+ENGINE, TEXT = "engine", "text"

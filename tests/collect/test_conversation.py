@@ -35,6 +35,7 @@ def test_a_conversation_is_a_spool_entry_whose_silver_keeps_messages_tools_and_r
         len(calls) == 1
         and calls[0]["prompt_token_ids"] == []
         and calls[0]["reject_reason"] == "no_prompt_ids"
+        and calls[0]["token_source"] == "text"
     )
     messages = silver["messages"].to_pylist()
     assert [m["role"] for m in messages] == ["user", "assistant"]
@@ -51,6 +52,7 @@ def test_engine_ids_reach_the_calls_as_they_are():
     call = silver_from_events(tables["events"], tables["rollouts"], "c1")["llm_calls"].to_pylist()[0]
     assert (call["prompt_token_ids"], call["response_token_ids"]) == ([1, 2, 3], [4, 5])
     assert call["response_logprobs"] == [-0.1, -0.2] and call["reject_reason"] is None
+    assert call["token_source"] == "engine"
 
 
 def test_content_id_is_canonical():

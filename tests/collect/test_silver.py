@@ -11,6 +11,7 @@ from tracebank.collect.errors import UnknownCollectionError
 from tracebank.warehouse.contract import SILVER_VERSION
 from tracebank.warehouse.gc import gc
 from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.query import run_sql
 from tracebank.warehouse.storage import Storage
 
 from tests.cli_args import cli_args
@@ -96,3 +97,9 @@ def test_cli_errors_are_one_line(wh, args, code, message, warehouse_position):
     out = CliRunner().invoke(cli, cli_args(wh.root, warehouse_position, *args))
     assert out.exit_code == code, out.output
     assert message.format(root=wh.root) in out.output
+
+
+def test_span_calls_come_from_the_engine(wh):
+    (built,) = build_silver(wh, ("c1",))
+    sources = run_sql(wh, "SELECT DISTINCT token_source FROM llm_calls").column(0).to_pylist()
+    assert sources == ["engine"] and built.counts["text_calls"] == 0

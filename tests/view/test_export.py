@@ -10,6 +10,8 @@ from click.testing import CliRunner
 from tracebank.transform import TransformConfig, transform
 from tracebank.view import ExportConfig, export
 from tracebank.warehouse.catalog import resolve_dataset
+from tracebank.warehouse.location import Warehouse
+from tracebank.warehouse.query import run_sql
 
 from tests.fixtures.preference import commit_03, plan
 from tracebank.cli.main import cli
@@ -224,3 +226,50 @@ def test_jsonl_exports_escape_u2028_and_u2029(wh, tmp_path, fmt):
     assert "\u2028" not in text and "\u2029" not in text
     records = [json.loads(line) for line in text.splitlines()]  # splitlines splits at U+2028 too
     assert records and all(LINE_BREAKERS in json.dumps(r, ensure_ascii=False) for r in records)
+
+
+def _conversations(wh, where: str = "") -> set[str]:
+    """Each call's whole conversation (its input messages, then its output, and the request's
+    tools) from the silver ``messages`` table, as canonical JSON."""
+    rows = run_sql(
+        wh,
+        "SELECT span_id, role, content, tool_calls, tool_call_id, tools FROM messages "
+        f"{where} ORDER BY span_id, direction, message_index",
+    ).to_pylist()
+    calls: dict[str, list[dict]] = {}
+    for r in rows:
+        calls.setdefault(r.pop("span_id"), []).append(r)
+    out = set()
+    for msgs in calls.values():
+        tools = next((json.loads(m["tools"]) for m in msgs if m["tools"]), [])
+        shown = [
+            {
+                "role": m["role"],
+                "content": m["content"] or None,
+                "tool_calls": json.loads(m["tool_calls"]) if m["tool_calls"] else None,
+                "tool_call_id": m["tool_call_id"] or None,
+            }
+            for m in msgs
+        ]
+        out.add(json.dumps({"messages": shown, "tools": tools}, sort_keys=True))
+    return out
+
+
+def test_an_openai_export_has_tools_on_every_row_and_collects_back_to_the_same_conversations(
+    view_wh, tmp_path
+):
+    out = tmp_path / "train.jsonl"
+    for name in ("mixed", "qa"):
+        out.unlink(missing_ok=True)
+        assert _run(view_wh, name, "-o", str(out)).exit_code == 0
+        records = _jsonl(out)
+        assert all(isinstance(r["tools"], list) for r in records)
+        assert any(r["tools"] for r in records) == (name == "mixed")
+        again = Warehouse(tmp_path / name).init()
+        result = CliRunner().invoke(cli, ["--warehouse", str(again.root), "collect", str(out)])
+        assert result.exit_code == 0 and " 0 bad records" in result.output, result.output
+        # the last call of each imported rollout is the exported row's whole conversation
+        last = "WHERE span_id IN (SELECT max_by(span_id, span_index) FROM messages GROUP BY rollout_id)"
+        imported = _conversations(again, last)
+        assert len(imported) == len({json.dumps(r, sort_keys=True) for r in records})
+        assert imported <= _conversations(view_wh.wh)

@@ -19,11 +19,14 @@ if TYPE_CHECKING:
     from tracebank.warehouse.records import SilverManifest
 
 
-def _source(source: str | Path | Source, version: str, agl_key: str) -> Source:
-    """A spool folder (a Path, or text naming a folder that exists), a store or agl-server URL,
-    or a Source as it is."""
-    from tracebank.collect import SpoolSource, server_source
+def _source(source: str | Path | Source, version: str, agl_key: str, format: str | None) -> Source:
+    """A chat or log file (a regular file, or any path with ``format``), a spool folder (a Path,
+    or text naming a folder that exists), a store or agl-server URL, or a Source as it is."""
+    from tracebank.collect import FileSource, SpoolSource, server_source
 
+    local = isinstance(source, str | Path) and "://" not in str(source)
+    if local and (format is not None or Path(str(source)).is_file()):
+        return FileSource(Path(source), None if format in (None, "auto") else format)
     if isinstance(source, Path) or (
         isinstance(source, str) and "://" not in source and Path(source).is_dir()
     ):
@@ -40,16 +43,19 @@ class CollectMethods(Handle):
         *,
         version: str = "auto",
         agl_key: str = "",
+        format: str | None = None,
         on_event: OnEvent | None = None,
         **options: Any,
     ) -> CollectResult:
         """Copy new rollouts from ``source`` into one new collection, then build its silver tables.
 
-        ``source``: an ``agl store`` (0.3) or ``agl-server`` (1.0) URL, or a spool folder that
-        tracebank's 1.0 trainer hook filled. ``version``: auto, agl03 or agl1 (of a URL);
-        ``agl_key``: an agl-server's API key. Other keywords are :class:`CollectConfig`'s
-        (``tag``, ``statuses``, ``since``...); without ``statuses`` a 1.0 source takes succeeded
-        and failed rollouts. Attempts already in the warehouse are skipped.
+        ``source``: an ``agl store`` (0.3) or ``agl-server`` (1.0) URL, a spool folder that
+        tracebank's 1.0 trainer hook filled, or a chat / log file (or, with ``format``, a folder
+        of them). ``format``: chat, openai, otlp or atif, or auto (sniffed from each file's
+        start); None: a regular file is sniffed, a folder is a spool. ``version``: auto, agl03
+        or agl1 (of a URL); ``agl_key``: an agl-server's API key. Other keywords are
+        :class:`CollectConfig`'s (``tag``, ``statuses``, ``since``...); without ``statuses`` a
+        1.0 source takes succeeded and failed rollouts. Attempts already in the warehouse are skipped.
         """
         from tracebank.collect import collect, parse_since
         from tracebank.collect.config import AGL1_STATUSES, CollectConfig, check_tag
@@ -57,7 +63,7 @@ class CollectMethods(Handle):
         check_tag(options.get("tag"))  # before a server is asked which Agent Lightning it runs
         if isinstance(options.get("since"), str):
             options["since"] = parse_since(options["since"])
-        src = _source(source, version, agl_key)
+        src = _source(source, version, agl_key, format)
         if not options.get("statuses"):  # not chosen: 1.0 trains on failed rollouts too
             options.pop("statuses", None)
             if src.records == "events":

@@ -12,6 +12,7 @@ from tracebank.cli.options import config_option, pass_warehouse
 from tracebank.cli.output import say
 from tracebank.cli.progress import Progress
 from tracebank.collect.config import VERSIONS, CollectConfig
+from tracebank.collect.formats import FORMATS
 
 MOVED = {
     "rebuild_silver": "`tracebank rebuild-silver [--collection ID]`",
@@ -28,6 +29,13 @@ def _moved(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 
 
 @click.command()
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="The format of PATH's files (default: sniffed from each file's start).",
+)
 @click.option(
     "--store",
     "store_url",
@@ -73,8 +81,14 @@ def _moved(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 @click.option("--rebuild-silver", is_flag=True, hidden=True, expose_value=False, callback=_moved)
 @click.option("--repair-duplicates", is_flag=True, hidden=True, expose_value=False, callback=_moved)
 @pass_warehouse
-def collect(wh: Any, store_url: str | None, spool: str | None, **options: Any) -> None:
+def collect(
+    wh: Any, path: Path | None, format: str | None, store_url: str | None, spool: str | None, **options: Any
+) -> None:
     """Copy new rollouts, attempts and spans from the store at URL into one new collection.
+
+    PATH: a chat file (seed 003's train.jsonl: {"messages": [...], "tools": [...]} per line,
+    optional "reward" and "id") or another tool's log (--format chat|openai|otlp|atif), or
+    a folder of them; one line per bad record, the rest kept.
 
     Agent Lightning 1.0: --spool DIR commits what tracebank's trainer hook saved (and
     empties DIR); --store URL of an agl-server reads the rollouts that finished since
@@ -86,13 +100,20 @@ def collect(wh: Any, store_url: str | None, spool: str | None, **options: Any) -
     """
     from tracebank.collect.errors import CollectUsageError
 
-    if store_url is None and spool is None:
+    given = [x for x in (path, store_url, spool) if x is not None]
+    if not given:
         raise click.UsageError("Missing option '--store'. (Or --spool DIR: an Agent Lightning 1.0 spool.)")
     if store_url is not None and spool is not None:
         raise CollectUsageError("give only one of --store URL and --spool DIR")
+    if len(given) > 1:
+        raise CollectUsageError("give PATH alone (not with --store or --spool)")
+    if format is not None and path is None:
+        raise CollectUsageError("--format is the format of PATH's files", "give PATH")
+    if path is not None:
+        options["format"] = format or "auto"
     progress = Progress()
     try:
-        result = wh.collect(store_url or Path(spool or ""), on_event=progress, **options)
+        result = wh.collect(store_url or path or Path(spool or ""), on_event=progress, **options)
     finally:
         progress.close()
     for warning in result.warnings:
