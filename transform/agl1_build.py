@@ -18,7 +18,9 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 from tracebank.transform.agl1_rows import (
+    MISMATCH_REASONS,
     Agl1Limits,
+    MergeMismatch,
     calls_by_attempt,
     final_reward,
     rewards_by_attempt,
@@ -43,12 +45,16 @@ ROW_FIELDS = [
 
 
 def agl1_rows_table(
-    silver: list[tuple[str, pa.Table, pa.Table]], limits: Agl1Limits, seed: int
-) -> tuple[pa.Table, dict[str, int]]:
+    silver: list[tuple[str, pa.Table, pa.Table]],
+    limits: Agl1Limits,
+    seed: int,
+    diagnostics: list[dict[str, Any]] | None = None,
+) -> tuple[pa.Table, dict[str, Any]]:
     """Token rows of every rollout in ``silver`` ((collection_id, llm_calls, rewards) per collection),
-    shuffled with ``seed``, and the counts of what the rules did."""
+    shuffled with ``seed``, and the counts of what the rules did; with ``trajectory``, the calls
+    that could not be merged are appended to ``diagnostics`` (``merge_diagnostics`` rows) when given."""
     rows: list[dict[str, Any]] = []
-    counts = {
+    counts: dict[str, Any] = {
         "rollouts": 0,
         "calls": 0,
         "trained_calls": 0,
@@ -63,7 +69,8 @@ def agl1_rows_table(
             counts["calls"] += len(attempt_calls)
             counts["trained_calls"] += len(triplet_calls(attempt_calls))
             counts["rollouts_without_reward"] += final_reward(values) is None
-            for row in rollout_rows(attempt_calls, values, limits):
+            mismatches: list[MergeMismatch] = []
+            for row in rollout_rows(attempt_calls, values, limits, mismatches):
                 if row.dropped:
                     counts["dropped_long_prompt"] += 1
                     continue
@@ -79,6 +86,11 @@ def agl1_rows_table(
                         "response_mask": row.response_mask,
                     }
                 )
+            if diagnostics is not None:
+                diagnostics += [
+                    {"collection_id": cid, "rollout_id": rid, "attempt_id": aid, **vars(m)}
+                    for m in mismatches
+                ]
     random.Random(seed).shuffle(rows)
     counts["rows"] = len(rows)
     schema = pa.schema(list(schemas.DATASET_ROWS) + ROW_FIELDS)
@@ -98,12 +110,44 @@ def build_agl1(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> Transf
         require_silver(storage, cid)
         calls, rewards = (storage.silver_table(cid, t) for t in ("llm_calls", "rewards"))
         silver.append((cid, calls, rewards))
-    table, counts = agl1_rows_table(silver, config.agl1, config.seed)
-    return commit_agl1(wh, config, chosen, table, counts)
+    merging = config.agl1.level == "trajectory"
+    diagnostics: list[dict[str, Any]] | None = [] if merging else None
+    table, counts = agl1_rows_table(silver, config.agl1, config.seed, diagnostics)
+    tables = {}
+    if diagnostics is not None:
+        counts["merge_diagnostics"] = mismatch_counts(diagnostics)
+        tables["merge_diagnostics"] = diagnostics_table(diagnostics)
+    return commit_agl1(wh, config, chosen, table, counts, tables)
+
+
+def mismatch_counts(diagnostics: list[dict[str, Any]]) -> dict[str, int]:
+    """Calls per reason (every one of 1.0's, zero or not) and ``rollouts`` with one or more
+    (1.0's ``training/n_unmerged_rollouts``)."""
+    counts = dict.fromkeys(MISMATCH_REASONS, 0)
+    for d in diagnostics:
+        counts[d["reason"]] = counts.get(d["reason"], 0) + 1
+    counts["rollouts"] = len({(d["collection_id"], d["rollout_id"], d["attempt_id"]) for d in diagnostics})
+    return counts
+
+
+def diagnostics_table(diagnostics: list[dict[str, Any]]) -> pa.Table:
+    """``merge_diagnostics`` rows as the table's Arrow schema (in rollout, then turn order)."""
+    ordered = sorted(
+        diagnostics, key=lambda d: (d["collection_id"], d["rollout_id"], d["attempt_id"], d["turn_index"])
+    )
+    schema = schemas.MERGE_DIAGNOSTICS
+    return pa.table(
+        {f.name: pa.array([d[f.name] for d in ordered], type=f.type) for f in schema}, schema=schema
+    )
 
 
 def commit_agl1(
-    wh: Warehouse, config: TransformConfig, chosen: Chosen, table: pa.Table, counts: dict[str, int]
+    wh: Warehouse,
+    config: TransformConfig,
+    chosen: Chosen,
+    table: pa.Table,
+    counts: dict[str, Any],
+    tables: dict[str, pa.Table] | None = None,
 ) -> TransformResult:
     """Commit ``table`` (:func:`agl1_rows_table`'s rows and counts) as the next version of
     ``config.name``: one train file, built whole in memory, so its digest is known before it is written."""
@@ -131,5 +175,5 @@ def commit_agl1(
         },
         "kept": table.num_rows,
     }
-    planned = Planned({"train": frame, "validation": frame.head(0)}, reported)
+    planned = Planned({"train": frame, "validation": frame.head(0)}, reported, tables or {})
     return commit_version(wh, config, chosen, planned, partial(whole_split, table))

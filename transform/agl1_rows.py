@@ -19,13 +19,20 @@ and its reward values:
    the row marked for drop (the trainer masks it out), responses cut to
    ``max_response_length`` (and ``max_total_length`` - prompt), rows with no
    trainable token skipped.
+
+With ``trajectory``, a call that does not extend the row before it is logged the way 1.0 logs it
+to W&B (``training/trace_merge_mismatches``): its turn, lengths and reason; 1.0.2 classifies every
+token-prefix failure as ``others_mismatch`` (its ``template_mismatch`` and ``retoken_mismatch``
+columns are never set). tracebank adds where the prompt first differs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from tracebank.transform.config import Agl1Limits
 from tracebank.warehouse import finite
@@ -41,6 +48,37 @@ class Agl1Call:
     log_probs: list[float] | None = None
     status: str | None = None
     http_status: int | None = None
+    span_id: str | None = None
+
+
+#: The reasons 1.0's RolloutAdapter gives a call it could not merge (its W&B table's flags).
+MISMATCH_REASONS = ("template_mismatch", "retoken_mismatch", "others_mismatch")
+#: What 1.0.2 says of every call whose prompt does not start with the context before it.
+PREFIX_MISMATCH = "others_mismatch"
+
+
+@dataclass(frozen=True)
+class MergeMismatch:
+    """A call that starts a new row because its prompt does not extend the context before it."""
+
+    turn_index: int
+    """Its place among the rollout's calls 1.0 trains on (1.0's ``turn_index``)."""
+    span_id: str | None
+    reason: str
+    first_diff_position: int
+    """The first position where its prompt and the previous context differ (the shorter length
+    when one is a prefix of the other)."""
+    prompt_length: int
+    response_length: int
+    previous_trace_length: int
+    current_trace_length: int
+
+
+def first_difference(context: Sequence[int], prompt: Sequence[int]) -> int:
+    """Where ``prompt`` first differs from ``context`` (the shorter length when one starts the other)."""
+    n = min(len(context), len(prompt))
+    differ = np.flatnonzero(np.asarray(context[:n], np.int64) != np.asarray(prompt[:n], np.int64))
+    return int(differ[0]) if len(differ) else n
 
 
 @dataclass(frozen=True)
@@ -116,8 +154,14 @@ def _limited_row(
     return Agl1Row(turn_index, prompt, response, mask, log_probs, reward, dropped)
 
 
-def rollout_rows(calls: list[Agl1Call], reward_values: list[Any], limits: Agl1Limits) -> list[Agl1Row]:
-    """The rows of one rollout (its calls in event order, its reward event values in order)."""
+def rollout_rows(
+    calls: list[Agl1Call],
+    reward_values: list[Any],
+    limits: Agl1Limits,
+    mismatches: list[MergeMismatch] | None = None,
+) -> list[Agl1Row]:
+    """The rows of one rollout (its calls in event order, its reward event values in order); with
+    ``trajectory``, each call that could not be merged is appended to ``mismatches`` when given."""
     reward = final_reward(reward_values)
     reward = limits.reward_fillna_value if reward is None else reward
     usable = triplet_calls(calls)
@@ -143,6 +187,8 @@ def rollout_rows(calls: list[Agl1Call], reward_values: list[Any], limits: Agl1Li
             continue
         if group is not None:
             rows.append(group.row(limits, reward))
+            if mismatches is not None:
+                mismatches.append(group.mismatch(turn, call))
         group = _Group.start(turn, call)
     if group is not None:
         rows.append(group.row(limits, reward))
@@ -182,6 +228,20 @@ class _Group:
         self.context = prompt + response
         return True
 
+    def mismatch(self, turn: int, call: Agl1Call) -> MergeMismatch:
+        """What 1.0 logs of ``call`` (turn ``turn``), which :meth:`extend` refused."""
+        prompt, response = list(call.prompt_ids or []), list(call.response_ids or [])
+        return MergeMismatch(
+            turn,
+            call.span_id,
+            PREFIX_MISMATCH,
+            first_difference(self.context, prompt),
+            len(prompt),
+            len(response),
+            len(self.context),
+            len(prompt) + len(response),
+        )
+
     def row(self, limits: Agl1Limits, reward: float) -> Agl1Row | None:
         return _limited_row(
             limits, self.turn_index, self.prompt, self.response, self.mask, self.log_probs, reward
@@ -191,7 +251,7 @@ class _Group:
 def calls_by_attempt(calls: pa.Table) -> dict[tuple[str, str], list[Agl1Call]]:
     """1.0 calls of each (rollout, attempt), in event order, from silver ``llm_calls`` rows."""
     columns = ["rollout_id", "attempt_id", "sequence_id", "prompt_token_ids", "response_token_ids"]
-    columns += ["response_logprobs", "status", "http_status"]
+    columns += ["response_logprobs", "status", "http_status", "span_id"]
     ordered = calls.select(columns).sort_by(
         [("rollout_id", "ascending"), ("attempt_id", "ascending"), ("sequence_id", "ascending")]
     )
@@ -203,6 +263,7 @@ def calls_by_attempt(calls: pa.Table) -> dict[tuple[str, str], list[Agl1Call]]:
             r["response_logprobs"],
             r["status"],
             r["http_status"],
+            r["span_id"],
         )
         out.setdefault((r["rollout_id"], r["attempt_id"]), []).append(call)
     return out

@@ -28,6 +28,7 @@ from tracebank.transform.select import rollout_scores, select_rows
 from tracebank.transform.triplets import CallCounts, rewarded_calls
 from tracebank.transform.version import Planned, TransformResult, commit_version
 from tracebank.transform.writer import OpenSplit
+from tracebank.warehouse import schemas
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.storage import Storage
 
@@ -88,7 +89,7 @@ def plan_recipe(
     if layer is not None:
         coded = names.code(layer[0], "rollout_id")
         rewarded, scores, recorded = calls_with_layer(rewarded, scores, coded, layer[1])
-    rows, source, merge_stats = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
+    rows, source, merge_stats, breaks = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
     scores = scores.join(tasks, on="rollout_id", how="left")
     del rewarded, tasks
     # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
@@ -96,6 +97,10 @@ def plan_recipe(
     train, validation, select_counts = select_rows(rows, scores, config, source)
     del rows, scores
     train, validation = (names.name(name_collections(f, chosen)) for f in (train, validation))
+    tables = {}
+    if breaks is not None:  # merged: the calls that could not be, named like the rows
+        named = names.name(name_collections(breaks, chosen)).to_arrow()
+        tables["merge_diagnostics"] = schemas.conform(named, schemas.MERGE_DIAGNOSTICS)
     del names
     memory.release()
 
@@ -115,7 +120,7 @@ def plan_recipe(
             f"{sum(call_counts.rejected.values())} rejected, {counts['kept']} kept after the filters",
             'check the rewards with `tracebank sql "SELECT * FROM rewards"` or relax the options',
         )
-    return Planned({"train": train, "validation": validation}, counts), source
+    return Planned({"train": train, "validation": validation}, counts, tables), source
 
 
 def name_collections(rows: pl.DataFrame, chosen: Chosen) -> pl.DataFrame:

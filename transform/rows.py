@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 from tracebank.core.arrowutil import arrow_ints, numpy_view
+from tracebank.transform.agl1_rows import MISMATCH_REASONS, PREFIX_MISMATCH, first_difference
 from tracebank.transform.errors import TransformError
 from tracebank.warehouse.contract import IGNORE_INDEX
 
@@ -191,10 +192,11 @@ def flat_pieces(
 
 def _chains(
     calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: bool
-) -> tuple[np.ndarray, dict[str, Any] | None]:
-    """Chain number of each call (calls sorted by rollout, call order)."""
+) -> tuple[np.ndarray, dict[str, Any] | None, pl.DataFrame | None]:
+    """Chain number of each call (calls sorted by rollout, call order), the merge statistics and
+    the calls that start a new chain inside their rollout (:func:`_breaks`)."""
     if not merge:
-        return np.arange(calls.height, dtype=np.int64), None
+        return np.arange(calls.height, dtype=np.int64), None, None
     prompts, responses = tokens().lists(calls.get_column("tok").to_numpy())
     calls = calls.with_columns(
         pl.Series("prompt_token_ids", prompts), pl.Series("response_token_ids", responses)
@@ -218,11 +220,55 @@ def _chains(
     same = prev.get_column("same") & prev.get_column("next")
     joins = same & extends & prev.get_column("same_reward")
     chain = ((~joins).cast(pl.Int64).cum_sum() - 1).to_numpy()
-    stats = {
+    stats: dict[str, Any] = {
         "prefix_breaks": int((same & ~extends).sum()),
         "reward_breaks": int((same & extends & ~prev.get_column("same_reward")).sum()),
     }
-    return chain, stats
+    breaks = _breaks(calls, prev, (same & ~joins).to_numpy(), extends.to_numpy())
+    stats["diagnostics"] = _reason_counts(breaks)
+    return chain, stats, breaks
+
+
+#: A call whose tokens extend the previous call's but whose reward differs (the recipe keeps
+#: differently rewarded calls apart; 1.0 has one reward per rollout, so never gives this reason).
+REWARD_BREAK = "reward_break"
+
+
+def _breaks(calls: pl.DataFrame, prev: pl.DataFrame, broken: np.ndarray, extends: np.ndarray) -> pl.DataFrame:
+    """One ``merge_diagnostics`` row (ids still coded, ``source_order`` for the collection) per call
+    that follows its rollout's previous call but was not merged into its row: a prefix break is
+    the mismatch 1.0 calls ``others_mismatch``, with where its prompt first differs."""
+    at = np.flatnonzero(broken)
+    prefix = ~extends[at]
+    contexts = prev.get_column("prev_full").gather(at).to_list()
+    prompts = prev.get_column("prompt_token_ids").gather(at).to_list()
+    first = [
+        first_difference(c, p) if is_prefix else None
+        for c, p, is_prefix in zip(contexts, prompts, prefix.tolist(), strict=True)
+    ]
+    picked = calls[at]
+    return picked.select(
+        "source_order",
+        "rollout_id",
+        "attempt_id",
+        "span_id",
+        pl.col("call_index").cast(pl.Int32).alias("turn_index"),
+        pl.Series("reason", np.where(prefix, PREFIX_MISMATCH, REWARD_BREAK), dtype=pl.String),
+        pl.Series("first_diff_position", first, dtype=pl.Int64),
+        pl.col("prompt_len").cast(pl.Int64).alias("prompt_length"),
+        pl.col("response_len").cast(pl.Int64).alias("response_length"),
+        prev.get_column("prev_len").gather(at).cast(pl.Int64).alias("previous_trace_length"),
+        (pl.col("prompt_len") + pl.col("response_len")).cast(pl.Int64).alias("current_trace_length"),
+    )
+
+
+def _reason_counts(breaks: pl.DataFrame) -> dict[str, int]:
+    """Calls per reason (each of 1.0's, zero or not, and reward breaks) and rollouts with one or more."""
+    counts = dict.fromkeys((*MISMATCH_REASONS, REWARD_BREAK), 0)
+    for reason, n in breaks.get_column("reason").value_counts().iter_rows():
+        counts[reason] = n
+    counts["rollouts"] = breaks.select(pl.struct("rollout_id", "attempt_id").n_unique()).item()
+    return counts
 
 
 @dataclass(frozen=True)
@@ -354,16 +400,16 @@ def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
 
 def build_rows(
     calls: pl.DataFrame, tokens: Callable[[], CallTokens], merge: bool
-) -> tuple[pl.DataFrame, RowTokens, dict[str, Any] | None]:
+) -> tuple[pl.DataFrame, RowTokens, dict[str, Any] | None, pl.DataFrame | None]:
     """Plan one row per call (or per merged chain), in rollout then call order.
 
     ``calls`` are the rewarded calls sorted by (rollout, call_index), with a ``tok``
     column addressing ``tokens`` and a ``source_order`` column (the collection's
     position; rows name their collection only once they are selected, see
     ``builder.name_collections``). Returns the row plan, what materialising it
-    needs, and the merge statistics.
+    needs, the merge statistics and the calls that could not be merged (with merging).
     """
-    chain, merge_stats = _chains(calls, tokens, merge)
+    chain, merge_stats, breaks = _chains(calls, tokens, merge)
     n = calls.height
     # The last call of each chain gives the row its tokens and provenance.
     is_last = np.ones(n, bool)
@@ -407,4 +453,4 @@ def build_rows(
             }
         )
         merge_stats["tokens_saved"] = merge_stats["tokens_unmerged"] - merge_stats["tokens_merged"]
-    return rows, source, merge_stats
+    return rows, source, merge_stats, breaks

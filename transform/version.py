@@ -12,21 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 from tracebank.core.versions import tracebank_version
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.inputs import Chosen
 from tracebank.transform.manifest import content_hash, identical_line, source_hash, stats, summary_line
-from tracebank.transform.provenance import identical_version, served_models
+from tracebank.transform.provenance import identical_version, metadata_fields, served_models
 from tracebank.transform.writer import OpenSplit, SplitOpener
+from tracebank.warehouse import layout
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.location import Warehouse
 from tracebank.warehouse.records import DatasetManifest, FileEntry
-from tracebank.warehouse.storage import Storage
+from tracebank.warehouse.storage import Storage, encode_parquet
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,10 @@ class Planned:
 
     counts: dict[str, Any]
     """The manifest's ``counts``."""
+
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    """Other tables committed with the version, by warehouse table name (``merge_diagnostics``):
+    derived from the same inputs and options as the rows, so the content hash covers them."""
 
 
 def commit_version(
@@ -99,6 +105,8 @@ def commit_version(
                 DatasetRef(config.name, existing.version), existing_folder, existing, identical=True
             )
         files = [entry for split_files in opened for entry in split_files.entries()]
+        stamped = {**provenance, "content_hash": hashed}
+        files += [_write_table(storage, folder, n, t, stamped) for n, t in planned.tables.items()]
         st = stats(planned.splits, [split_files.max_token_id for split_files in opened])
         manifest = version_manifest(config, version, hashed, sources, planned.counts, st, files)
         storage.commit_version(folder, manifest)
@@ -106,6 +114,15 @@ def commit_version(
         storage.abandon_version(folder)
         raise
     return TransformResult(DatasetRef(config.name, version), folder, manifest)
+
+
+def _write_table(
+    storage: Storage, folder: Path, name: str, table: pa.Table, provenance: dict[str, Any]
+) -> FileEntry:
+    """``table`` as the version's file of warehouse table ``name`` (its values are record data)."""
+    stamped = table.replace_schema_metadata(metadata_fields(provenance))
+    data = encode_parquet(stamped, write_page_checksum=True, compression="zstd")
+    return storage.write_buffer(folder, layout.version_table_file(name), data, table.num_rows, name)
 
 
 def version_manifest(

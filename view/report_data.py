@@ -72,6 +72,13 @@ def drop_reasons(manifest: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def unmerged_calls(manifest: dict[str, Any]) -> dict[str, int]:
+    """A merged version's calls that could not be merged, per reason (table merge_diagnostics)."""
+    counts = manifest.get("counts") or {}
+    found = (counts.get("merged") or {}).get("diagnostics") or counts.get("merge_diagnostics") or {}
+    return {str(k): int(v) for k, v in found.items() if k != "rollouts" and isinstance(v, int) and v}
+
+
 def _token_view(row: DatasetRow, tokenizer: Any | None) -> list[list[Any]]:
     """[[text, trained], ...] runs of the row (token by token with a tokenizer, else none)."""
     if tokenizer is None:
@@ -152,6 +159,7 @@ def _dataset_section(
         "source_rollout_rewards": [r["reward"] for r in source_rewards],
         "cut": min(kept) if kept else None,
         "drops": drop_reasons(manifest),
+        "unmerged": unmerged_calls(manifest),
         "conversations": [_conversation(r, tokenizer) for r in sample],
         "kind": "sft",
     } | (preference_section(con, rows, n_conv) if preference else {})

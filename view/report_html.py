@@ -54,6 +54,13 @@ def _runs_html(runs: list[dict[str, Any]]) -> str:
     return _table(["run", "status", "dataset", "base model", "output"], rows)
 
 
+def _unmerged_html(unmerged: dict[str, int]) -> str:
+    if not unmerged:
+        return ""
+    reasons = ", ".join(f"{_e(k)} {v:,}" for k, v in unmerged.items())
+    return f'<p class="meta">calls not merged: {reasons} (sql: <code>merge_diagnostics</code>)</p>'
+
+
 def _datasets_html(datasets: list[dict[str, Any]]) -> str:
     if not datasets:
         return "<p>No dataset versions.</p>"
@@ -65,6 +72,7 @@ def _datasets_html(datasets: list[dict[str, Any]]) -> str:
             f'<p class="meta">{d["rows"]:,} rows · hash <code>{_e((d["content_hash"] or "")[:12])}</code> · '
             f"created {_e(d['created_at'])} · from collections {sources or 'none'} · "
             f"options <code>{_e(json.dumps(d['params'], sort_keys=True))}</code></p>"
+            + _unmerged_html(d.get("unmerged") or {})
             + (
                 f'<div class="chart" id="chart-margin-{i}"></div>'
                 if d.get("kind") == "preference"

@@ -174,3 +174,23 @@ REWARD_SCORES: Columns = (
 
 BRONZE = {"rollouts": ROLLOUTS, "attempts": ATTEMPTS, "spans": SPANS, "events": EVENTS}
 SILVER = {"llm_calls": LLM_CALLS, "rewards": REWARDS, "messages": MESSAGES}
+
+#: A merged dataset version's calls that could not be merged into the row before them (one row each):
+#: ``reason`` as Agent Lightning 1.0's RolloutAdapter classifies it (``template_mismatch``,
+#: ``retoken_mismatch``, ``others_mismatch``; 1.0.2 classifies every token-prefix failure as the last),
+#: or ``reward_break`` (recipe rules: same tokens, another reward); ``first_diff_position`` is where
+#: the call's prompt first differs from the previous context (its length when it is a strict prefix);
+#: ``turn_index`` the call's place among its rollout's merged calls; lengths as 1.0 logs them.
+MERGE_DIAGNOSTICS: Columns = (
+    ("collection_id", "string"),
+    ("rollout_id", "string"),
+    ("attempt_id", "string"),
+    ("span_id", "string"),
+    ("turn_index", "int32"),
+    ("reason", "string"),
+    ("first_diff_position", "int64"),
+    ("prompt_length", "int64"),
+    ("response_length", "int64"),
+    ("previous_trace_length", "int64"),
+    ("current_trace_length", "int64"),
+)

@@ -169,6 +169,14 @@ def is_manifest_of(key: str, folder: CommitFolder) -> bool:
 # -- data file names inside committed folders (the one builder; content hashes cover these names) --
 #: The file of a reward layer version: one row per scored rollout.
 REWARD_SCORES_FILE = "scores.parquet"
+#: A dataset version's files of tables other than its rows, by table: a merged version's calls that
+#: could not be merged, and why.
+VERSION_TABLE_FILES = {"merge_diagnostics": "merge_diagnostics.parquet"}
+
+
+def version_table_file(table: str) -> str:
+    """A dataset version's file of warehouse table ``table`` (one of VERSION_TABLE_FILES)."""
+    return VERSION_TABLE_FILES[table]
 
 
 def bronze_file(table: str, index: int = 0) -> str:

@@ -53,6 +53,7 @@ TABLES = (
     "runs",
     "run_metrics",
     "rollout_rewards",
+    "merge_diagnostics",
 )
 
 #: Epoch-second columns as stored; the views show them as UTC timestamps (ISO in every format).
@@ -207,6 +208,12 @@ _VERSIONED = (
         "reward_scores",
         "layer",
         (("layer", "string"), ("version", "int64"), *columns.REWARD_SCORES),
+    ),
+    _VersionedTable(
+        "merge_diagnostics",
+        "merge_diagnostics",
+        "dataset",
+        (("dataset", "string"), ("version", "int64"), *columns.MERGE_DIAGNOSTICS),
     ),
 )
 

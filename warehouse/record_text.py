@@ -92,7 +92,16 @@ def _sft_lines(m: dict[str, Any]) -> list[str]:
             f"merged       {_fmt(mg['calls'])} calls into {_fmt(mg['rows'])} rows, "
             f"{_fmt(mg['tokens_saved'])} tokens saved, {mg['prefix_breaks']} prefix breaks"
         )
+    diagnostics = (c.get("merged") or {}).get("diagnostics") or c.get("merge_diagnostics")
+    if diagnostics:
+        lines.append(_unmerged_line(diagnostics))
     return lines
+
+
+def _unmerged_line(counts: dict[str, Any]) -> str:
+    """Calls that could not be merged, per reason (table merge_diagnostics)."""
+    reasons = ", ".join(f"{k} {_fmt(v)}" for k, v in counts.items() if k != "rollouts")
+    return f"unmerged     {reasons} in {_fmt(counts.get('rollouts', 0))} rollouts (sql: merge_diagnostics)"
 
 
 def dataset_summary_lines(ref: Any, folder: Any, m: dict[str, Any]) -> list[str]:

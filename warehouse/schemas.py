@@ -38,6 +38,7 @@ MESSAGES = arrow_schema(columns.MESSAGES)
 DATASET_ROWS = arrow_schema(columns.DATASET_ROWS)
 PREFERENCE_ROWS = arrow_schema(columns.PREFERENCE_ROWS)
 REWARD_SCORES = arrow_schema(columns.REWARD_SCORES)
+MERGE_DIAGNOSTICS = arrow_schema(columns.MERGE_DIAGNOSTICS)
 
 BRONZE = {"rollouts": ROLLOUTS, "attempts": ATTEMPTS, "spans": SPANS, "events": EVENTS}
 SILVER = {"llm_calls": LLM_CALLS, "rewards": REWARDS, "messages": MESSAGES}

@@ -8,13 +8,17 @@ limits). Its input is what 1.0's ``AglRolloutManager._build_completed_rollout``
 produced for real (the tests run that code in the 1.0 env), as JSON.
 
 Multimodal, routed-experts and wandb branches are left out: text rollouts never
-take them.
+take them. The trajectory branch's ``merge_mismatch_rows`` (what 1.0 uploads to W&B as
+``training/trace_merge_mismatches`` and counts as ``training/n_trace_merge_mismatch_rows``,
+with ``training/n_unmerged_rollouts``) are kept, less the decoded trace texts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+_TRACE_MERGE_MISMATCH_WANDB_LIMIT = 100
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,12 @@ def rollout_adapter_rows(
     max_total_length: int | None = None,
     reward_fillna_value: float = 0.0,
     trace_aggregator_level: str = "transition",
+    merge_mismatch_rows: list[dict[str, Any]] | None = None,
+    metrics: dict[str, int] | None = None,
+    global_steps: int = 0,
 ) -> list[OracleRow]:
+    merge_mismatch_rows = [] if merge_mismatch_rows is None else merge_mismatch_rows
+    unmerged_count = 0
     level = trace_aggregator_level
     if level not in {"transition", "trajectory"}:
         raise ValueError(f"Unknown trace_aggregator_level: {level}")
@@ -122,6 +131,7 @@ def rollout_adapter_rows(
         current_response_log_probs = first["response"]["log_probs"]
         if current_response_log_probs is not None:
             current_response_log_probs = list(current_response_log_probs)
+        merged_group_count = 0
 
         for turn_index, triplet in enumerate(triplets[1:], start=1):
             prompt_ids = triplet["prompt"]["token_ids"]
@@ -145,6 +155,24 @@ def rollout_adapter_rows(
                 current_context = next_context
                 continue
 
+            if len(merge_mismatch_rows) < _TRACE_MERGE_MISMATCH_WANDB_LIMIT:
+                merge_mismatch_rows.append(
+                    {
+                        "global_steps": global_steps,
+                        "rollout_id": rollout["rollout_id"],
+                        "data_id": rollout["data_id"],
+                        "turn_index": turn_index,
+                        # Token-prefix failures are classified as other mismatches.
+                        "template_mismatch": False,
+                        "retoken_mismatch": False,
+                        "others_mismatch": True,
+                        "prompt_length": len(prompt_ids),
+                        "response_length": len(response_ids),
+                        "previous_trace_length": len(current_context),
+                        "current_trace_length": len(next_context),
+                    }
+                )
+
             append_training_row(
                 rollout_id=rollout["rollout_id"],
                 data_id=rollout["data_id"],
@@ -161,6 +189,7 @@ def rollout_adapter_rows(
             current_response_ids = list(response_ids)
             current_response_mask = [1] * len(response_ids)
             current_response_log_probs = list(log_probs) if log_probs is not None else None
+            merged_group_count += 1
 
         append_training_row(
             rollout_id=rollout["rollout_id"],
@@ -172,4 +201,10 @@ def rollout_adapter_rows(
             response_mask=current_response_mask,
             response_log_probs=current_response_log_probs,
         )
+        merged_group_count += 1
+        if merged_group_count > 1:
+            unmerged_count += 1
+    if metrics is not None and level == "trajectory":
+        metrics["training/n_unmerged_rollouts"] = unmerged_count
+        metrics["training/n_trace_merge_mismatch_rows"] = len(merge_mismatch_rows)
     return rows

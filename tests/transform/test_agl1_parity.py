@@ -9,8 +9,8 @@ from tracebank.collect.agl1_bronze import bronze_tables
 from tracebank.collect.agl1_silver import silver_from_events
 from tracebank.collect.agl1_spool import read_spool
 from tracebank.collect.redact import Redactor
-from tracebank.transform.agl1_build import agl1_rows_table
-from tracebank.transform.agl1_rows import calls_by_attempt, rewards_by_attempt, rollout_rows
+from tracebank.transform.agl1_build import agl1_rows_table, mismatch_counts
+from tracebank.transform.agl1_rows import MISMATCH_REASONS, calls_by_attempt, rewards_by_attempt, rollout_rows
 from tracebank.transform.config import Agl1Limits
 
 from tests.transform.agl1_oracle import rollout_adapter_rows
@@ -121,3 +121,34 @@ def test_token_rows_label_what_10_trains_on(agl1_round, level):
     assert got == expected
     assert counts["rows"] == table.num_rows and counts["dropped_long_prompt"] > 0
     assert all(set(m) == {1} for m in table.column("attention_mask").to_pylist())
+
+
+def test_merge_diagnostics_equal_what_rollout_adapter_logs(agl1_round):
+    """The calls 1.0's trajectory merging could not merge, per reason and per rollout, as it logs them."""
+    spool, result, _ = agl1_round
+    silver = silver_of(spool)
+    limits = Agl1Limits(level="trajectory")
+    found: list[dict] = []
+    agl1_rows_table([("c1", silver["llm_calls"], silver["rewards"])], limits, seed=0, diagnostics=found)
+    logged: list[dict] = []
+    metrics: dict[str, int] = {}
+    rollout_adapter_rows(
+        result["completed"],
+        max_prompt_length=limits.max_prompt_length,
+        max_response_length=limits.max_response_length,
+        trace_aggregator_level="trajectory",
+        merge_mismatch_rows=logged,
+        metrics=metrics,
+    )
+    counts = mismatch_counts(found)
+    assert counts == {
+        "template_mismatch": sum(r["template_mismatch"] for r in logged),
+        "retoken_mismatch": sum(r["retoken_mismatch"] for r in logged),
+        "others_mismatch": sum(r["others_mismatch"] for r in logged),
+        "rollouts": metrics["training/n_unmerged_rollouts"],
+    }
+    assert sum(counts[r] for r in MISMATCH_REASONS) == metrics["training/n_trace_merge_mismatch_rows"] > 0
+    keys = ["rollout_id", "turn_index", "prompt_length", "response_length"]
+    keys += ["previous_trace_length", "current_trace_length"]
+    ours = Counter(tuple(d[k] for k in keys) for d in found)
+    assert ours == Counter(tuple(r[k] for k in keys) for r in logged)

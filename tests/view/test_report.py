@@ -7,7 +7,8 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from tracebank.view.report_data import drop_reasons
+from tracebank.view.report_data import drop_reasons, unmerged_calls
+from tracebank.view.report_html import _unmerged_html
 
 from tracebank.cli.main import cli
 
@@ -72,6 +73,16 @@ def test_an_empty_warehouse_has_nothing_to_report(wh, tmp_path):
 def test_drop_reasons_name_rejected_calls_and_each_filter():
     manifest = {"counts": {"rejected": {"empty response": 2}, "unrewarded": 3, "not_selected": 4, "calls": 9}}
     assert drop_reasons(manifest) == {"rejected: empty response": 2, "unrewarded": 3, "not_selected": 4}
+
+
+def test_unmerged_calls_per_reason_from_either_rules():
+    recipe = {"counts": {"merged": {"diagnostics": {"others_mismatch": 2, "reward_break": 0, "rollouts": 1}}}}
+    agl1 = {"counts": {"merge_diagnostics": {"template_mismatch": 0, "others_mismatch": 3, "rollouts": 2}}}
+    assert unmerged_calls(recipe) == {"others_mismatch": 2}
+    assert unmerged_calls(agl1) == {"others_mismatch": 3}
+    assert unmerged_calls({"counts": {"merged": None}}) == {}
+    html = _unmerged_html({"<b>x</b>": 1})  # a planted manifest's key is escaped
+    assert "<b>" not in html and "&lt;b&gt;x&lt;/b&gt; 1" in html
 
 
 def test_report_writes_over_its_own_page_only(view_wh, tmp_path):
