@@ -268,3 +268,35 @@ def test_a_rubric_is_not_a_template_language(wh, rollouts, tmp_path, monkeypatch
         judged(wh, "none", judge="m", rubric=str(path), judge_url=server.url)
     with pytest.raises(RescoreUsageError, match="exactly one of --scorer and --judge"):
         rescore(wh, RescoreConfig(name="x", scorer="m:f", judging=JudgeConfig("m", str(path))))
+
+
+def test_a_served_judge_weighs_the_scale_tokens_among_its_top_logprobs(wh, rollouts, rubric, judge_model):
+    """The CPU server (vLLM's wire format) reports 20 alternatives: the score is the forward pass's
+    distribution over the scale's tokens among its 20 most likely, renormalised."""
+    import torch
+    from tracebank.serve.process import start_cpu_server
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with start_cpu_server(judge_model, served_model_name="judge", threads=1) as server:
+        result = judged(wh, "served", judge="judge", rubric=str(rubric), judge_url=server.base_url)
+    tok = AutoTokenizer.from_pretrained(str(judge_model))
+    model = AutoModelForCausalLM.from_pretrained(str(judge_model)).eval()
+    rows, compared = layer(wh, "served"), 0
+    for rid, r in archived(wh).items():
+        prompt = RUBRIC.replace("{task}", json.dumps(r.task)).replace("{answer}", r.final_response or "")
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+        with torch.no_grad():
+            logits = model(**tok(text, return_tensors="pt", add_special_tokens=False)).logits[0, -1]
+        top = set(torch.topk(logits, 20).indices.tolist())
+        probs = torch.softmax(logits.double(), dim=-1)
+        shown = {v: float(probs[tok.convert_tokens_to_ids(str(v))]) for v in range(1, 6)}
+        shown = {v: p for v, p in shown.items() if tok.convert_tokens_to_ids(str(v)) in top}
+        if shown:
+            compared += 1
+            want = sum(v * p for v, p in shown.items()) / sum(shown.values())
+            assert rows[rid]["score"] == pytest.approx(want, rel=1e-4)
+        else:  # no scale token among the 20: the number the judge wrote, or a counted failure
+            assert rows[rid]["score"] is not None or rows[rid]["error"].startswith("JudgeFailed: ")
+    assert compared > 0 and result.record.judge["url"] == server.base_url
