@@ -93,7 +93,17 @@ def load_judge(config: RescoreConfig) -> tuple[Rubric, Judge]:
         return rubric, HttpJudge(
             j.judge_url, j.judge, scale, j.samples, j.temperature, j.seed, j.judge_timeout_s
         )
-    return rubric, LocalJudge(Path(j.judge).expanduser(), scale, j.samples, j.temperature, j.seed)
+    folder = Path(j.judge).expanduser()
+    try:
+        return rubric, LocalJudge(folder, scale, j.samples, j.temperature, j.seed)
+    except RescoreUsageError:
+        raise
+    except Exception as exc:  # transformers' own errors: no config.json, unknown architecture...
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise RescoreUsageError(
+            f"cannot load judge model {folder}: {type(exc).__name__}: {first}"[:400],
+            "--judge needs a transformers causal LM folder (config.json, tokenizer, weights)",
+        ) from None
 
 
 def _one(judge: Judge, prompt: str, key: str) -> Outcome:

@@ -256,6 +256,12 @@ def test_bad_judge_options_are_one_line(wh, rollouts, rubric, judge, message):
         judged(wh, "bad", **options)
 
 
+def test_a_folder_that_is_no_model_is_one_line(wh, rollouts, rubric, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RescoreUsageError, match="cannot load judge model .*empty"):
+        judged(wh, "x", judge=str(tmp_path / "empty"), rubric=str(rubric))
+
+
 def test_a_rubric_is_not_a_template_language(wh, rollouts, tmp_path, monkeypatch):
     path = tmp_path / "r.txt"
     path.write_text("{task.__class__} {0} {answer!r} ${HOME} {{answer}} {conversation}\nScore:")
