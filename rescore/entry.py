@@ -25,7 +25,9 @@ from tracebank.core.versions import tracebank_version
 from tracebank.rescore.config import RescoreConfig
 from tracebank.rescore.errors import RescoreError
 from tracebank.rescore.inputs import as_plain, collection_rollouts
+from tracebank.rescore.judging import Outcome, judge_all, judge_identity, judge_record, load_judge, prompts
 from tracebank.rescore.record import ScoredRollout
+from tracebank.rescore.rubric import read_rubric
 from tracebank.rescore.scorer import load_scorer, source_of
 from tracebank.rescore.workers import score_chunk
 from tracebank.warehouse import layout, schemas
@@ -53,7 +55,8 @@ class RescoreResult:
         c = self.record.counts
         if self.identical:
             return (
-                f"identical to {self.ref} (scorer source {self.record.source_hash[:8]}, same collections): "
+                f"identical to {self.ref} ({'judge' if self.record.judge else 'scorer source'} "
+                f"{self.record.source_hash[:8]}, same collections): "
                 "nothing run or written (--force scores again)"
             )
         failed = f", {c['failed']:,} failed (first: {next(iter(c['failures']))})" if c["failed"] else ""
@@ -72,11 +75,9 @@ def _chosen(wh: Warehouse, wanted: tuple[str, ...]) -> list[tuple[str, Collectio
     return [(cid, committed[cid]) for cid in (sorted(set(wanted)) if wanted else sorted(committed))]
 
 
-def _inputs_hash(
-    config: RescoreConfig, source_hash: str, chosen: list[tuple[str, CollectionManifest]]
-) -> str:
+def _inputs_hash(scorer: str, source_hash: str, chosen: list[tuple[str, CollectionManifest]]) -> str:
     collections = [(cid, m.content_hash or sorted(e.sha256 for e in m.files)) for cid, m in chosen]
-    doc = {"scorer": config.scorer, "source_hash": source_hash, "collections": collections}
+    doc = {"scorer": scorer, "source_hash": source_hash, "collections": collections}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -98,13 +99,39 @@ def _score_all(
     return [pair for part in results for pair in part]
 
 
-def _table(records: list[ScoredRollout], scores: list[tuple[float | None, str | None]]) -> pa.Table:
+def _judge_all(
+    config: RescoreConfig, records: list[ScoredRollout], emit: OnEvent
+) -> tuple[list[tuple[float | None, str | None]], dict[str, list[Any]]]:
+    """(score, error) per record, and the samples columns."""
+    rubric, judge = load_judge(config)
+    texts = prompts(rubric, records, config.judging.group)
+    outcomes: list[Outcome] = [(None, None)] * len(records)
+    done = scored = failed = 0
+    for n, outcome in judge_all(judge, texts, records, config.workers):
+        outcomes[n] = outcome
+        done, scored, failed = done + 1, scored + (outcome[0] is not None), failed + (outcome[1] is not None)
+        emit(RescoreProgress(done=done, total=len(records), scored=scored, failed=failed))
+    judged = [j for j, _ in outcomes]
+    extras = {
+        "samples": [j.samples if j else None for j in judged],
+        "samples_mean": [j.mean if j else None for j in judged],
+        "samples_std": [j.std if j else None for j in judged],
+    }
+    return [(j.score if j else None, e) for j, e in outcomes], extras
+
+
+def _table(
+    records: list[ScoredRollout],
+    scores: list[tuple[float | None, str | None]],
+    extras: dict[str, list[Any]] | None = None,
+) -> pa.Table:
     columns = {
         "collection_id": [r.collection_id for r in records],
         "rollout_id": [r.rollout_id for r in records],
         "attempt_id": [r.attempt_id for r in records],
         "score": [s for s, _ in scores],
         "error": [e for _, e in scores],
+        **(extras or {k: [None] * len(records) for k in ("samples", "samples_mean", "samples_std")}),
     }
     return pa.Table.from_pydict(columns, schema=schemas.REWARD_SCORES)
 
@@ -125,10 +152,16 @@ def rescore(wh: Warehouse, config: RescoreConfig, on_event: OnEvent | None = Non
     wh.check_format()
     config.validate()
     emit = on_event or (lambda event: None)
-    source_file, source_hash = source_of(load_scorer(config.scorer))
+    judge: dict[str, Any] | None = None
+    if config.judging.judge:
+        judge = judge_record(config.judging, read_rubric(config.judging.rubric or ""))
+        scorer, source_file, source_hash = f"judge:{judge['model']}", None, judge_identity(judge)
+    else:
+        scorer = config.scorer
+        source_file, source_hash = source_of(load_scorer(config.scorer))
     chosen = _chosen(wh, config.collections)
     storage = Storage(wh)
-    hashed = _inputs_hash(config, source_hash, chosen)
+    hashed = _inputs_hash(scorer, source_hash, chosen)
     if not config.force:
         for folder, existing in reversed(storage.reward_layers(config.name)):
             if existing.content_hash == hashed:
@@ -136,8 +169,12 @@ def rescore(wh: Warehouse, config: RescoreConfig, on_event: OnEvent | None = Non
     records = [r for cid, m in chosen for r in collection_rollouts(wh, cid, m)]
     if not records:
         raise RescoreError(f"the chosen collections hold no rollout to score in {wh.root}")
-    scores = _score_all(config, records, emit)
-    table = _table(records, scores)
+    extras = None
+    if judge is not None:
+        scores, extras = _judge_all(config, records, emit)
+    else:
+        scores = _score_all(config, records, emit)
+    table = _table(records, scores, extras)
     version, folder = storage.reserve_reward_layer(config.name)
     try:
         entry = storage.write_buffer(
@@ -146,8 +183,9 @@ def rescore(wh: Warehouse, config: RescoreConfig, on_event: OnEvent | None = Non
         manifest = RewardLayerManifest(
             name=config.name,
             version=version,
-            scorer=config.scorer,
+            scorer=scorer,
             source_hash=source_hash,
+            judge=judge,
             content_hash=hashed,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             tracebank_version=tracebank_version(),

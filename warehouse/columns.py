@@ -170,6 +170,9 @@ REWARD_SCORES: Columns = (
     ("attempt_id", "string"),
     ("score", "float64"),
     ("error", "string"),
+    ("samples", "list<float64>"),  # rescore --judge --samples N: each sampled judgment
+    ("samples_mean", "float64"),
+    ("samples_std", "float64"),  # population standard deviation of the samples
 )
 
 BRONZE = {"rollouts": ROLLOUTS, "attempts": ATTEMPTS, "spans": SPANS, "events": EVENTS}

@@ -332,6 +332,11 @@ class RewardLayerManifest(Manifest):
     """Collections whose rollouts were scored."""
     counts: dict[str, Any] = field(default_factory=dict)
     """Rollouts, scored, unscored (None returned), failed, and the first line of each failure."""
+    judge: dict[str, Any] | None = None
+    """An LLM judge's layer (``rescore --judge``; None for a scorer function): ``model`` (the local
+    folder or the endpoint's model name), ``model_sha256`` (sha256 over the folder's files; None
+    behind an endpoint), ``url`` (the endpoint without its query; None in-process), ``rubric_sha256``,
+    ``scale``, ``samples``, ``temperature``, ``seed`` and ``group``. ``source_hash`` is its sha256."""
     format_version: int = 1
     """Shape version of this manifest."""
     other: dict[str, Any] = field(default_factory=dict)

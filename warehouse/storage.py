@@ -361,10 +361,12 @@ class Storage:
         return out
 
     def reward_scores(self, folder: Path, manifest: RewardLayerManifest) -> pa.Table:
-        """The scores a committed reward layer holds."""
+        """The scores a committed reward layer holds (a layer written before the samples columns
+        existed reads with them empty)."""
         from tracebank.warehouse import schemas
 
-        return read_table(self.files_of(folder, manifest), schema=schemas.REWARD_SCORES)
+        table = read_table(self.files_of(folder, manifest))
+        return schemas.conform(table, schemas.REWARD_SCORES).select(schemas.REWARD_SCORES.names)
 
     def run_ids(self) -> list[str]:
         """The ids of every run with a record, oldest first (ids sort by time)."""

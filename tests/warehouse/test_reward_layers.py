@@ -47,3 +47,28 @@ def test_gc_keeps_committed_layers_removes_abandoned_ones_and_verify_hashes_them
     assert [where for where, _ in verify(wh).damaged] == [
         f"{wh.store.uri}/rewards/short/v0001/scores.parquet"
     ]
+
+
+def test_a_layer_written_before_the_samples_columns_reads_with_them_empty(wh):
+    import pyarrow as pa
+    from tracebank.warehouse.query import run_sql
+    from tracebank.warehouse.storage import encode_parquet
+
+    storage = Storage(wh)
+    version, folder = storage.reserve_reward_layer("old")
+    old = pa.table(
+        {"collection_id": ["c"], "rollout_id": ["r0"], "attempt_id": ["a"], "score": [0.5], "error": [None]}
+    )
+    entry = storage.write_buffer(folder, "scores.parquet", encode_parquet(old), 1, "reward_scores")
+    manifest = RewardLayerManifest(
+        name="old", version=version, scorer="m:f", source_hash="s", content_hash="h", files=[entry]
+    )
+    storage.commit_reward_layer(folder, manifest)
+    commit_layer(wh, "new", [1.0])
+    table = storage.reward_scores(folder, manifest)
+    assert table.column("score").to_pylist() == [0.5] and table.column("samples").to_pylist() == [None]
+    rows = run_sql(wh, "SELECT layer, score, samples_std FROM reward_scores ORDER BY layer").to_pylist()
+    assert rows == [
+        {"layer": "new", "score": 1.0, "samples_std": None},
+        {"layer": "old", "score": 0.5, "samples_std": None},
+    ]

@@ -61,18 +61,22 @@ class BuildMethods(Handle):
 
     def rescore(
         self,
-        scorer: str | Callable[..., float | None],
+        scorer: str | Callable[..., float | None] | None = None,
         *,
         name: str,
         on_event: OnEvent | None = None,
         **options: Any,
     ) -> RescoreResult:
-        """Score every archived rollout with ``scorer`` (``"module:function"`` or a function) into
-        reward layer ``name``'s next version. Keywords: ``collections``, ``workers``, ``force``."""
+        """Score every archived rollout with ``scorer`` (``"module:function"`` or a function), or with
+        an LLM judge (``judge=MODEL, rubric=FILE``), into reward layer ``name``'s next version.
+
+        Keywords: ``collections``, ``workers``, ``force``, and the judge's (``judge``, ``rubric``,
+        ``scale``, ``samples``, ``temperature``, ``seed``, ``group``, ``judge_url``, ``judge_timeout_s``).
+        """
         from tracebank.rescore import RescoreConfig, rescore
         from tracebank.warehouse.storage import Storage
 
-        spec = scorer if isinstance(scorer, str) else scorer_spec(scorer)
+        spec = "" if scorer is None else scorer if isinstance(scorer, str) else scorer_spec(scorer)
         config = build_config(RescoreConfig, {"scorer": spec, "name": name, **options}, "rescore")
         config = config.validate()
         committed = tuple(folder.name for folder, _ in Storage(self.readable()).collections())
