@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import pyarrow.parquet as pq
 import pytest
@@ -192,3 +193,44 @@ def test_hostile_tool_calls_fail_their_conversation_only(wh, tmp_path, tokenizer
     assert text["first_render_failure"].startswith("chat-bad: ")
     assert sorted(r["rollout_id"] for r in rows_of(result)) == ["chat-0", "chat-1", "chat-2"]
     assert "1 conversations failed to render" in result.summary()
+
+
+def test_a_cached_hub_id_is_found_offline_and_its_revision_recorded(wh, tmp_path, tokenizer_dir, monkeypatch):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hf-home" / "hub" / "models--tiny-org--tiny-chat"
+    shutil.copytree(tokenizer_dir, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # no local folder named tiny-org/ shadows the id
+    commit_text(wh, conversations(), tmp_path / "spool")
+    by_folder = transform(wh, TransformConfig(name="folder", tokenizer=str(tokenizer_dir)))
+    by_id = transform(wh, TransformConfig(name="hub", tokenizer="tiny-org/tiny-chat"))
+    info, folder_info = (
+        by_id.manifest["counts"]["text"]["tokenizer"],
+        by_folder.manifest["counts"]["text"]["tokenizer"],
+    )
+    assert (info["name"], info["revision"]) == ("tiny-org/tiny-chat", commit)
+    assert info["files_sha256"] == folder_info["files_sha256"]
+    assert info["chat_template_sha256"] == folder_info["chat_template_sha256"]
+    assert by_id.manifest["stats"]["tokens"] == by_folder.manifest["stats"]["tokens"]
+
+
+def test_the_cli_renders_per_turn_and_says_so(wh, tmp_path, tokenizer_dir):
+    commit_text(wh, conversations(), tmp_path / "spool")
+    args = ["--warehouse", str(wh.root), "transform", "--dataset", "chat", "--tokenizer", str(tokenizer_dir)]
+    out = CliRunner().invoke(cli, [*args, "--per-turn"])
+    assert out.exit_code == 0, out.output
+    assert out.output.startswith("wrote chat@v1: 6 rows (of 6 calls;")
+    assert f"6 rows rendered by {tokenizer_dir}" in out.output
+
+
+@pytest.mark.parametrize(
+    "options", [{"engine": "ray"}, {"rules": "agl1"}, {"kind": "preference"}, {"tokenizer": " "}]
+)
+def test_tokenizer_options_that_cannot_apply_are_refused(options):
+    config = TransformConfig(name="chat", **{"tokenizer": "tok", **options})
+    with pytest.raises(TransformUsageError, match="--tokenizer"):
+        config.validate()
