@@ -234,3 +234,19 @@ def test_tokenizer_options_that_cannot_apply_are_refused(options):
     config = TransformConfig(name="chat", **{"tokenizer": "tok", **options})
     with pytest.raises(TransformUsageError, match="--tokenizer"):
         config.validate()
+
+
+def test_selection_options_apply_to_text_rows_as_to_engine_rows(wh, tmp_path, tokenizer_dir):
+    twin = dataclasses.replace(tool_conversation("chat-twin", "Paris"), reward=0.5)  # chat-0's very text
+    commit_text(wh, [*conversations(), twin], tmp_path / "spool")
+    deduped = transform(wh, TransformConfig(name="dedup", tokenizer=str(tokenizer_dir), dedup=True))
+    assert deduped.manifest["counts"]["dedup"] == 1
+    assert sorted(r["rollout_id"] for r in rows_of(deduped)) == [
+        "chat-0",
+        "chat-1",
+        "chat-2",
+    ]  # best reward kept
+    shortest = min(len(r["input_ids"]) for r in rows_of(deduped))
+    capped = transform(wh, TransformConfig(name="cap", tokenizer=str(tokenizer_dir), max_length=shortest))
+    assert all(len(r["input_ids"]) <= shortest for r in rows_of(capped))
+    assert capped.manifest["counts"]["dropped_too_long"] == 4 - len(rows_of(capped))
