@@ -129,9 +129,19 @@ def plan_recipe(
         raise EmptyDatasetError(
             f"no rows for {config.name}: {call_counts.calls} usable calls, {call_counts.rewarded} rewarded, "
             f"{sum(call_counts.rejected.values())} rejected, {counts['kept']} kept after the filters",
-            'check the rewards with `tracebank sql "SELECT * FROM rewards"` or relax the options',
+            _empty_hint(text),
         )
     return Planned({"train": train, "validation": validation}, counts), source
+
+
+def _empty_hint(text: TextInputs | None) -> str:
+    if text is not None and text.counts.get("render_failed"):
+        # the first failure quotes a record and an exception, cut to 200 characters (as in the manifest)
+        return (
+            f"{text.counts['render_failed']} conversations failed to render with the chat template "
+            f"(first: {text.counts['first_render_failure']})"
+        )
+    return 'check the rewards with `tracebank sql "SELECT * FROM rewards"` or relax the options'
 
 
 def _engine_rows(rows: pl.DataFrame) -> int:

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from tracebank.collect.conversation import Call
 from tracebank.transform import TransformConfig, transform
-from tracebank.transform.errors import TransformUsageError
+from tracebank.transform.errors import EmptyDatasetError, TransformUsageError
 from tracebank.warehouse.contract import IGNORE_INDEX
 
 from tests.fixtures.datasets import load_tokenizer
@@ -250,3 +250,14 @@ def test_selection_options_apply_to_text_rows_as_to_engine_rows(wh, tmp_path, to
     capped = transform(wh, TransformConfig(name="cap", tokenizer=str(tokenizer_dir), max_length=shortest))
     assert all(len(r["input_ids"]) <= shortest for r in rows_of(capped))
     assert capped.manifest["counts"]["dropped_too_long"] == 4 - len(rows_of(capped))
+
+
+def test_a_template_cannot_reach_python_objects(wh, tmp_path):
+    escape = "{{ messages.__class__.__mro__[1].__subclasses__() }}{% generation %}x{% endgeneration %}"
+    folder = build_chat_tokenizer(tmp_path / "escape", escape)
+    commit_text(wh, conversations(), tmp_path / "spool")
+    with pytest.raises(EmptyDatasetError) as refused:  # every rendering is refused by transformers' sandbox
+        transform(wh, TransformConfig(name="chat", tokenizer=str(folder)))
+    assert refused.value.hint.startswith(
+        "3 conversations failed to render with the chat template (first: chat-0: "
+    )
