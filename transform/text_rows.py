@@ -214,8 +214,9 @@ def _messages_of(
 
 
 def chat_message(row: dict[str, Any]) -> dict[str, Any]:
-    """A silver ``messages`` row as the OpenAI-format message a chat template reads (no content: "")."""
-    message: dict[str, Any] = {"role": row["role"] or "", "content": row["content"] or ""}
+    """A silver ``messages`` row as the OpenAI-format message a chat template reads (a null content
+    stays None, as in the source: templates test for it, as Qwen's do)."""
+    message: dict[str, Any] = {"role": row["role"], "content": row["content"]}
     calls = parse_json_list(row["tool_calls"])
     if calls:
         message["tool_calls"] = calls
