@@ -140,6 +140,14 @@ class TransformConfig:
     """Keep only calls whose agent matches this Python regular expression (re.search, as Agent Lightning
     0.3's agent_match; calls with no agent are left out); default: every call."""
 
+    tokenizer: str | None = None
+    """Model (a local folder, or a hub id ORG/NAME[@REV] already in the Hugging Face cache) whose chat
+    template renders the calls recorded without token ids (text imports); engine ids are kept as they are."""
+
+    per_turn: bool = False
+    """With --tokenizer: a row per assistant turn (each text call's messages + its answer, only the answer
+    trained) instead of one row per conversation (every assistant turn trained)."""
+
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form notes recorded in the manifest (not part of the content hash)."""
 
@@ -172,7 +180,21 @@ class TransformConfig:
             raise TransformUsageError("--address only applies to --engine ray")
         self._validate_kind()
         self._validate_agent()
+        self._validate_text()
         return self
+
+    def _validate_text(self) -> None:
+        if self.per_turn and self.tokenizer is None:
+            raise TransformUsageError("--per-turn applies to text calls rendered with --tokenizer")
+        if self.tokenizer is None:
+            return
+        if not self.tokenizer.strip():
+            raise TransformUsageError("--tokenizer needs a model folder or hub id")
+        if self.rules != "recipe" or self.kind != "sft" or self.engine != "local":
+            raise TransformUsageError(
+                "--tokenizer builds SFT rows with --rules recipe on --engine local",
+                "drop --rules/--kind/--engine, or --tokenizer",
+            )
 
     def _validate_agent(self) -> None:
         if self.agent is None:
@@ -256,6 +278,9 @@ class TransformConfig:
         for optional in ("rewards", "agent"):  # so versions built without them keep their hashes
             if out[optional] is None:
                 out.pop(optional)
+        if self.tokenizer is None:  # so a version of engine ids keeps its params and content hash
+            out.pop("tokenizer", None)
+            out.pop("per_turn", None)
         out["collections"] = sorted(self.collections)
         return out
 

@@ -206,5 +206,27 @@ def summary_line(manifest: dict[str, Any]) -> str:
     return (
         f"wrote {manifest['name']}@v{manifest['version']}: {manifest['rows']:,} rows "
         f"(of {c['calls']:,} calls; {left_out}, {rejected:,} rejected), "
-        f"{manifest['stats']['tokens']:,} tokens, hash {manifest['content_hash'][:8]}"
+        f"{manifest['stats']['tokens']:,} tokens, hash {manifest['content_hash'][:8]}" + text_note(c)
     )
+
+
+def text_note(counts: dict[str, Any]) -> str:
+    """What the summary adds about text calls: rows rendered by which tokenizer, what its template
+    dropped (and the first example), or how many were skipped for want of --tokenizer."""
+    if counts.get("text_calls_skipped"):
+        return f"; {counts['text_calls_skipped']:,} text calls skipped (no token ids: pass --tokenizer)"
+    text = counts.get("text")
+    if not text:
+        return ""
+    sources = counts.get("token_source") or {}
+    note = f"; {sources.get('text', 0):,} rows rendered by {text['tokenizer']['name']}"
+    drops = text.get("template_drops") or {}
+    if drops.get("tools") or drops.get("tool_calls"):
+        note += (
+            f"; its chat template dropped the tool list in {drops['tools']:,} rows and "
+            f"{drops['tool_calls']:,} tool call names (first: rollout {drops['first_example']})"
+        )
+    failed = text.get("render_failed") or 0
+    if failed:
+        note += f"; {failed:,} conversations failed to render (see counts.text.first_render_failure)"
+    return note

@@ -25,6 +25,13 @@ from tracebank.transform.inputs import Chosen, Inputs
 from tracebank.transform.rewards import calls_with_layer, layer_scores
 from tracebank.transform.rows import CallTokens, RowTokens, build_rows
 from tracebank.transform.select import rollout_scores, select_rows
+from tracebank.transform.text_rows import (
+    MESSAGE_COLUMNS,
+    TextInputs,
+    add_text_rows,
+    mark_text_calls,
+    split_text_calls,
+)
 from tracebank.transform.triplets import CallCounts, rewarded_calls
 from tracebank.transform.version import Planned, TransformResult, commit_version
 from tracebank.transform.writer import OpenSplit
@@ -56,7 +63,8 @@ def build_recipe(
     if config.rewards is not None:  # a reward layer's scores instead of the collected rewards
         layer = layer_scores(wh, config.rewards)
         config = dataclasses.replace(config, rewards=layer[1]["ref"])  # params (and hash) name its version
-    planned, source = plan_recipe(config, chosen, inputs, tokens, layer)
+    text = text_inputs(wh, config, chosen)
+    planned, source = plan_recipe(config, chosen, inputs, tokens, layer, text)
     return commit_version(wh, config, chosen, planned, partial(write, source))
 
 
@@ -66,14 +74,17 @@ def plan_recipe(
     inputs: Inputs,
     tokens: Callable[[], CallTokens],
     layer: tuple[pl.DataFrame, dict[str, Any]] | None = None,
+    text: TextInputs | None = None,
 ) -> tuple[Planned, RowTokens]:
     """The selected train and validation rows and their counts; where the rows' tokens are.
+    ``text`` renders the calls recorded without ids (``transform.text_rows``).
 
     Raises EmptyDatasetError when no train row is left."""
     call_counts = CallCounts()
+    calls, text_calls = mark_text_calls(inputs.calls, text)
     # ``--rewards``: a layer's score is every call's reward, collected reward or not
     rewarded = rewarded_calls(
-        inputs.calls,
+        calls,
         inputs.rewards,
         inputs.attempts,
         call_counts,
@@ -89,7 +100,11 @@ def plan_recipe(
     if layer is not None:
         coded = names.code(layer[0], "rollout_id")
         rewarded, scores, recorded = calls_with_layer(rewarded, scores, coded, layer[1])
+    del calls
+    rewarded, rewarded_text = split_text_calls(rewarded)
     rows, source, merge_stats, breaks = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
+    if rewarded_text is not None and text is not None:
+        rows, source = add_text_rows(rows, source, rewarded_text, text, names)
     scores = scores.join(tasks, on="rollout_id", how="left")
     del rewarded, tasks
     # The recipe's initial order: rollouts in turn, each rollout's calls last to first.
@@ -113,14 +128,53 @@ def plan_recipe(
     }
     if recorded is not None:
         counts["reward_layer"] = recorded
+    if text is not None:
+        counts["text"] = text.counts or {"calls": 0, "tokenizer": text.renderer.info}
+        counts["token_source"] = {"engine": _engine_rows(train) + _engine_rows(validation)}
+        counts["token_source"]["text"] = train.height + validation.height - counts["token_source"]["engine"]
+    elif text_calls:
+        counts["text_calls_skipped"] = text_calls  # no --tokenizer: left out, as no_prompt_ids
     counts["kept"] = train.height + validation.height
     if train.height == 0:
         raise EmptyDatasetError(
             f"no rows for {config.name}: {call_counts.calls} usable calls, {call_counts.rewarded} rewarded, "
             f"{sum(call_counts.rejected.values())} rejected, {counts['kept']} kept after the filters",
-            'check the rewards with `tracebank sql "SELECT * FROM rewards"` or relax the options',
+            _empty_hint(text),
         )
     return Planned({"train": train, "validation": validation}, counts, tables), source
+
+
+def _empty_hint(text: TextInputs | None) -> str:
+    if text is not None and text.counts.get("render_failed"):
+        # the first failure quotes a record and an exception, cut to 200 characters (as in the manifest)
+        return (
+            f"{text.counts['render_failed']} conversations failed to render with the chat template "
+            f"(first: {text.counts['first_render_failure']})"
+        )
+    return 'check the rewards with `tracebank sql "SELECT * FROM rewards"` or relax the options'
+
+
+def _engine_rows(rows: pl.DataFrame) -> int:
+    if "text_row" not in rows.columns:
+        return rows.height
+    return rows.get_column("text_row").null_count()
+
+
+def text_inputs(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> TextInputs | None:
+    """The tokenizer and messages that render text calls, with ``--tokenizer``."""
+    if config.tokenizer is None:
+        return None
+    from tracebank.transform.text_render import ChatRenderer
+
+    storage = Storage(wh)
+
+    def load(order: int, keys: pl.DataFrame) -> pl.DataFrame:
+        table = storage.silver_table(chosen[order][0], "messages", MESSAGE_COLUMNS)
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame.join(keys, on=["rollout_id", "attempt_id", "span_id"], how="semi")
+
+    return TextInputs(ChatRenderer.load(config.tokenizer), load, per_turn=config.per_turn)
 
 
 def name_collections(rows: pl.DataFrame, chosen: Chosen) -> pl.DataFrame:

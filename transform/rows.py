@@ -36,6 +36,9 @@ from tracebank.warehouse.contract import IGNORE_INDEX
 
 _MAX_OFFSET = 2**31 - 1
 
+#: What a planned row takes from the call that gives it its tokens (with ``call_index``, as Int32).
+ROW_CALL_COLUMNS = ("reward", "rollout_id", "attempt_id", "span_id", "source_order", "response_id")
+
 
 @dataclass(frozen=True)
 class CallTokens:
@@ -426,15 +429,7 @@ def build_rows(
     # next one's prompt) and ids are never -100, so the trained tokens are their sum.
     trained = np.add.reduceat(rlen, first_idx) if n else np.zeros(0, np.int64)
 
-    last = calls.select(
-        "reward",
-        "rollout_id",
-        "attempt_id",
-        "span_id",
-        "source_order",
-        "response_id",
-        pl.col("call_index").cast(pl.Int32),
-    )[last_idx]
+    last = calls.select(*ROW_CALL_COLUMNS, pl.col("call_index").cast(pl.Int32))[last_idx]
     rows = last.with_columns(
         pl.Series("calls", members, dtype=pl.Int32),
         pl.Series("length", lengths, dtype=pl.Int64),

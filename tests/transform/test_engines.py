@@ -39,6 +39,7 @@ def _rows(result):
     return [
         (f["split"], row)
         for f in result.manifest["files"]
+        if f.get("split")  # the rows' files, not a merged version's merge_diagnostics
         for row in pq.read_table(result.folder / f["path"]).to_pylist()
     ]
 

@@ -79,6 +79,8 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
 @config_option(PreferenceRules, "unit", type=click.Choice(UNITS))
 @config_option(TransformConfig, "rewards", metavar="NAME[@vN]")
 @config_option(TransformConfig, "agent", metavar="REGEX")
+@config_option(TransformConfig, "tokenizer", metavar="MODEL")
+@config_option(TransformConfig, "per_turn")
 @pass_warehouse
 def transform(
     wh: Any,

@@ -1,0 +1,205 @@
+"""A chat conversation to token ids and an assistant mask, through a tokenizer's own chat template.
+
+``--tokenizer MODEL`` names a local folder or a hub id already in the Hugging Face cache
+(``core.hub``, as ``train --base-model``); nothing is downloaded and no remote code runs
+(``trust_remote_code=False``). The template is Jinja from the tokenizer's files: transformers
+renders it in its immutable sandboxed Jinja environment, so a template can compute text but not
+reach Python objects or files. Labels come from transformers' ``return_assistant_tokens_mask``,
+which needs ``{% generation %}`` markers in the template; a template without them is refused (it
+would train nothing).
+
+Each rendering is checked against what the data has (the seed trainer's ``--inspect-only`` idea):
+every offered tool's name and every assistant tool call's name must appear in the rendered text,
+else the template dropped it and the version counts it (:class:`TemplateDrops`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tracebank.core.hub import resolve_pretrained
+from tracebank.transform.errors import TransformUsageError
+
+#: The files that decide how a tokenizer splits and renders text (hashed into the manifest).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+_GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+@dataclass
+class TemplateDrops:
+    """Renderings that lost what the data has: rows whose text lacks an offered tool's name, tool
+    calls whose name is missing, and the rollout of the first such row."""
+
+    tools: int = 0
+    tool_calls: int = 0
+    first_example: str | None = None
+
+    def any(self) -> bool:
+        return bool(self.tools or self.tool_calls)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tools": self.tools, "tool_calls": self.tool_calls, "first_example": self.first_example}
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One conversation's ids and which of them are trained (the assistant's)."""
+
+    ids: np.ndarray
+    trained: np.ndarray
+    """bool, one per id."""
+
+
+@dataclass
+class ChatRenderer:
+    """A loaded tokenizer and what the manifest records of it."""
+
+    tokenizer: Any
+    info: dict[str, Any]
+    drops: TemplateDrops = field(default_factory=TemplateDrops)
+
+    @classmethod
+    def load(cls, name: str) -> ChatRenderer:
+        """The tokenizer of ``name`` (a folder or a cached hub id); TransformUsageError in one line
+        when it is missing, unreadable, or its chat template has no generation markers."""
+        found = resolve_pretrained(name, "tokenizer", TransformUsageError)
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(found.path), local_files_only=True, trust_remote_code=False
+            )
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise TransformUsageError(
+                f"cannot load a tokenizer from {name}: {first}", "pass a model folder or a cached hub id"
+            ) from exc
+        template = tokenizer.chat_template
+        if isinstance(template, dict):  # named templates: the default one renders chats
+            template = template.get("default")
+        if not isinstance(template, str) or not template:
+            raise TransformUsageError(f"the tokenizer of {name} has no chat template")
+        if not _GENERATION.search(template):
+            raise TransformUsageError(
+                f"the chat template of {name} has no {{% generation %}} markers, so the assistant's "
+                "tokens cannot be told apart",
+                "add {% generation %}...{% endgeneration %} around the assistant turns of its template",
+            )
+        info = {
+            "name": name,
+            "revision": found.revision,
+            "files_sha256": files_sha256(found.path),
+            "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
+        }
+        return cls(tokenizer, info)
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        answer_only: bool,
+        example: str,
+    ) -> Rendered:
+        """``messages`` (the last one the answer) rendered with ``tools``; trained: every assistant
+        token, or with ``answer_only`` those after the prompt (the last message's). Exceptions of
+        the template (hostile records, a template's own ``raise_exception``) propagate."""
+        out = self.tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        ids = np.asarray(out["input_ids"], dtype=np.int32)
+        trained = np.asarray(out["assistant_masks"], dtype=bool)
+        if answer_only:
+            prompt = self.tokenizer.apply_chat_template(
+                messages[:-1],
+                tools=tools or None,
+                tokenize=True,
+                return_dict=True,
+                add_generation_prompt=True,
+            )["input_ids"]
+            trained[: _common_prefix(ids, np.asarray(prompt, dtype=np.int32))] = False
+        self._check(ids, messages, tools, example)
+        return Rendered(ids, trained)
+
+    def _check(
+        self,
+        ids: np.ndarray,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        example: str,
+    ) -> None:
+        text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=False)
+        tools_lost = any(name not in text for name in tool_names(tools or []))
+        calls_lost = sum(
+            name not in text
+            for message in messages
+            if message.get("role") == "assistant"
+            for name in call_names(message.get("tool_calls"))
+        )
+        if tools_lost or calls_lost:
+            self.drops.tools += int(tools_lost)
+            self.drops.tool_calls += calls_lost
+            self.drops.first_example = self.drops.first_example or example
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    differs = np.flatnonzero(a[:n] != b[:n])
+    return int(differs[0]) if len(differs) else n
+
+
+def tool_names(tools: list[Any]) -> list[str]:
+    """The function names of OpenAI-format tool definitions (entries of another shape are skipped)."""
+    out = []
+    for tool in tools:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"]:
+            out.append(fn["name"])
+    return out
+
+
+def call_names(tool_calls: Any) -> list[str]:
+    """The function names of an assistant message's OpenAI-format tool calls."""
+    if not isinstance(tool_calls, list):
+        return []
+    return tool_names([c for c in tool_calls if isinstance(c, dict) and isinstance(c.get("function"), dict)])
+
+
+def files_sha256(folder: Path) -> str:
+    """sha256 over the tokenizer files present in ``folder`` (each file's name and sha256, sorted)."""
+    lines = []
+    for name in TOKENIZER_FILES:
+        path = folder / name
+        if path.is_file():
+            lines.append(f"{name} {hashlib.sha256(path.read_bytes()).hexdigest()}\n")
+    return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
+
+
+def parse_json_list(text: str | None) -> list[Any] | None:
+    """A silver JSON column (tool_calls, tools) as a list; None when absent or not a list."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, list) else None
