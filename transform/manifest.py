@@ -229,4 +229,17 @@ def text_note(counts: dict[str, Any]) -> str:
     failed = text.get("render_failed") or 0
     if failed:
         note += f"; {failed:,} conversations failed to render (see counts.text.first_render_failure)"
-    return note
+    return note + _retokenization_note(text.get("retokenization") or {})
+
+
+def _retokenization_note(retok: dict[str, Any]) -> str:
+    """When engine calls' messages retokenize to other ids than the engine's: how many, and where
+    the first differs (the rows keep the engine's ids either way)."""
+    if not retok.get("differ"):
+        return ""
+    first = retok["first_diff"]
+    return (
+        f"; {retok['differ']:,} of {retok['compared']:,} engine calls retokenize to other ids than "
+        f"the engine's (first: rollout {first['rollout_id']} at token {first['position']}; rows keep "
+        "the engine's ids, see counts.text.retokenization)"
+    )

@@ -22,6 +22,7 @@ from tracebank.core import memory
 from tracebank.transform.config import TransformConfig
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.transform.inputs import Chosen, Inputs
+from tracebank.transform.retokenize import compare_engine_prompts
 from tracebank.transform.rewards import calls_with_layer, layer_scores
 from tracebank.transform.rows import CallTokens, RowTokens, build_rows
 from tracebank.transform.select import rollout_scores, select_rows
@@ -102,6 +103,8 @@ def plan_recipe(
         rewarded, scores, recorded = calls_with_layer(rewarded, scores, coded, layer[1])
     del calls
     rewarded, rewarded_text = split_text_calls(rewarded)
+    if text is not None:  # the engine ids make the rows; their messages retokenized are only compared
+        text.counts["retokenization"] = compare_engine_prompts(rewarded, tokens, text, names)
     rows, source, merge_stats, breaks = build_rows(rewarded, tokens, merge=config.merge == "trajectory")
     if rewarded_text is not None and text is not None:
         rows, source = add_text_rows(rows, source, rewarded_text, text, names)
@@ -129,7 +132,7 @@ def plan_recipe(
     if recorded is not None:
         counts["reward_layer"] = recorded
     if text is not None:
-        counts["text"] = text.counts or {"calls": 0, "tokenizer": text.renderer.info}
+        counts["text"] = {"calls": 0, "tokenizer": text.renderer.info, **text.counts}
         counts["token_source"] = {"engine": _engine_rows(train) + _engine_rows(validation)}
         counts["token_source"]["text"] = train.height + validation.height - counts["token_source"]["engine"]
     elif text_calls:

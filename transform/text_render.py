@@ -5,8 +5,9 @@
 (``trust_remote_code=False``). The template is Jinja from the tokenizer's files: transformers
 renders it in its immutable sandboxed Jinja environment, so a template can compute text but not
 reach Python objects or files. Labels come from transformers' ``return_assistant_tokens_mask``,
-which needs ``{% generation %}`` markers in the template; a template without them is refused (it
-would train nothing).
+which needs ``{% generation %}`` markers in the template; a template without them is refused when
+a text call is to be rendered (it would train nothing), but can still retokenize the prompts of
+engine calls (``transform.retokenize``), which needs no mask.
 
 Each rendering is checked against what the data has (the seed trainer's ``--inspect-only`` idea):
 every offered tool's name and every assistant tool call's name must appear in the rendered text,
@@ -73,11 +74,13 @@ class ChatRenderer:
     tokenizer: Any
     info: dict[str, Any]
     drops: TemplateDrops = field(default_factory=TemplateDrops)
+    marked: bool = True
+    """Whether the chat template has ``{% generation %}`` markers (rendering text calls needs them)."""
 
     @classmethod
     def load(cls, name: str) -> ChatRenderer:
         """The tokenizer of ``name`` (a folder or a cached hub id); TransformUsageError in one line
-        when it is missing, unreadable, or its chat template has no generation markers."""
+        when it is missing, unreadable, or has no chat template."""
         found = resolve_pretrained(name, "tokenizer", TransformUsageError)
         from transformers import AutoTokenizer
 
@@ -95,19 +98,30 @@ class ChatRenderer:
             template = template.get("default")
         if not isinstance(template, str) or not template:
             raise TransformUsageError(f"the tokenizer of {name} has no chat template")
-        if not _GENERATION.search(template):
-            raise TransformUsageError(
-                f"the chat template of {name} has no {{% generation %}} markers, so the assistant's "
-                "tokens cannot be told apart",
-                "add {% generation %}...{% endgeneration %} around the assistant turns of its template",
-            )
         info = {
             "name": name,
             "revision": found.revision,
             "files_sha256": files_sha256(found.path),
             "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
         }
-        return cls(tokenizer, info)
+        return cls(tokenizer, info, marked=bool(_GENERATION.search(template)))
+
+    def require_marks(self) -> None:
+        """TransformUsageError when the template cannot tell the assistant's tokens apart."""
+        if not self.marked:
+            raise TransformUsageError(
+                f"the chat template of {self.info['name']} has no {{% generation %}} markers, so the "
+                "assistant's tokens cannot be told apart",
+                "add {% generation %}...{% endgeneration %} around the assistant turns of its template",
+            )
+
+    def prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> np.ndarray:
+        """The ids of ``messages`` rendered as a prompt (``add_generation_prompt=True``), as a server
+        renders a chat request; exceptions of the template propagate."""
+        out = self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=True, return_dict=True, add_generation_prompt=True
+        )
+        return np.asarray(out["input_ids"], dtype=np.int64)
 
     def render(
         self,

@@ -162,12 +162,14 @@ def add_text_rows(
 
 def plan_text_rows(calls: pl.DataFrame, text: TextInputs, names: IdNames) -> tuple[pl.DataFrame, TextTokens]:
     """Render the text calls (sorted by rollout, call index) into rows; counts go to ``text.counts``."""
+    if calls.height:
+        text.renderer.require_marks()
     calls = calls.sort(["rollout_id", "call_index"])
     members = calls.group_by("rollout_id", maintain_order=True).len().get_column("len")
     if not text.per_turn:  # a conversation is its last call: its messages hold the turns before
         calls = calls.group_by("rollout_id", maintain_order=True).last()
     named = names.name(calls.select("rollout_id", "attempt_id", "span_id"))
-    messages = _messages_of(
+    messages = messages_of(
         pl.concat([calls.select("source_order"), named], how="horizontal_extend"), text.load_messages
     )
     kept, rendered = [], []
@@ -197,19 +199,20 @@ def plan_text_rows(calls: pl.DataFrame, text: TextInputs, names: IdNames) -> tup
     return _rows_frame(calls, kept, rendered, None if text.per_turn else members), _tokens(rendered)
 
 
-def _messages_of(
-    calls: pl.DataFrame, load: MessageLoader
+def messages_of(
+    calls: pl.DataFrame, load: MessageLoader, answer: bool = True
 ) -> dict[tuple[str, str, str], tuple[list[dict[str, Any]], list[Any] | None]]:
-    """(messages + answer, tools) of each call, from its collection's silver ``messages``."""
+    """(messages + answer, tools) of each call (with ``answer=False`` the request's messages only),
+    from its collection's silver ``messages``; ``calls``: source_order and the named ids."""
     out = {}
     for (order,), keys in calls.group_by("source_order", maintain_order=True):
         rows = load(int(order), keys.select("rollout_id", "attempt_id", "span_id"))
         rows = rows.sort(["rollout_id", "attempt_id", "span_id", "direction", "message_index"])
         for key, group in rows.group_by(["rollout_id", "attempt_id", "span_id"], maintain_order=True):
             inputs = [chat_message(m) for m in group.iter_rows(named=True) if m["direction"] == "input"]
-            answer = [chat_message(m) for m in group.iter_rows(named=True) if m["direction"] == "output"]
+            outputs = [chat_message(m) for m in group.iter_rows(named=True) if m["direction"] == "output"]
             tools = parse_json_list(group.get_column("tools")[0])
-            out[(str(key[0]), str(key[1]), str(key[2]))] = (inputs + answer[:1], tools)
+            out[(str(key[0]), str(key[1]), str(key[2]))] = (inputs + outputs[:1] if answer else inputs, tools)
     return out
 
 

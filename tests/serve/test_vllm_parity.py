@@ -10,7 +10,6 @@ streamed. Re-record with ``python -m tests.serve.record_vllm`` when vLLM's pin m
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,12 +30,7 @@ STREAMS = ["stream", "stream_token_ids"]
 
 @pytest.fixture(scope="module")
 def qwen3_dir(tmp_path_factory) -> Path:
-    from tracebank.train.tiny_model import build_tiny_qwen3_model
-
-    folder = build_tiny_qwen3_model(tmp_path_factory.mktemp("qwen3"), seed=parity.MODEL_SEED)
-    weights = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
-    assert weights == FIXTURE["model_sha256"], "the tiny Qwen3 changed: re-record the vLLM fixture"
-    return folder
+    return parity.recorded_model(tmp_path_factory.mktemp("qwen3"))
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ writes for ``MODEL_SEED`` under the name ``MODEL_NAME``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,13 @@ def shape(value: Any) -> Any:
 
 def load_fixture() -> dict[str, Any]:
     return json.loads(FIXTURE.read_text())
+
+
+def recorded_model(folder: Path) -> Path:
+    """The tiny Qwen3 the fixture's responses came from, built in ``folder`` (its weights checked)."""
+    from tracebank.train.tiny_model import build_tiny_qwen3_model
+
+    build_tiny_qwen3_model(folder, seed=MODEL_SEED)
+    weights = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    assert weights == load_fixture()["model_sha256"], "the tiny Qwen3 changed: re-record the vLLM fixture"
+    return folder
