@@ -18,6 +18,8 @@ LEVELS = ("trajectory", "transition")
 KINDS = ("sft", "preference")
 PAIRINGS = ("best-worst", "all")
 UNITS = ("call", "trajectory")
+TAG = "tag"
+AGENT_KEYS = (TAG, "model", "system", "tools")  # or MODULE:FUNCTION (``transform.agent_key``)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,11 @@ class TransformConfig:
     """Keep only calls whose agent matches this Python regular expression (re.search, as Agent Lightning
     0.3's agent_match; calls with no agent are left out); default: every call."""
 
+    agent_key: str = "tag"
+    """What names a 1.0 (or imported) call's agent for --agent: tag (silver's agent: the agent's tag, else
+    the model), model, system (system: + 8 hex of the system text's sha256), tools (tools: + the sorted
+    tool names), or MODULE:FUNCTION (your function of the call's request); 0.3 span calls keep theirs."""
+
     tokenizer: str | None = None
     """Model (a local folder, or a hub id ORG/NAME[@REV] already in the Hugging Face cache) whose chat
     template renders the calls recorded without token ids (text imports); engine ids are kept as they are."""
@@ -197,7 +204,15 @@ class TransformConfig:
             )
 
     def _validate_agent(self) -> None:
+        ref, _, function = self.agent_key.rpartition(":")
+        if self.agent_key not in AGENT_KEYS and not (ref.strip() and function.strip()):
+            known = ", ".join(AGENT_KEYS)
+            raise TransformUsageError(
+                f"--agent-key must be one of {known} or MODULE:FUNCTION, got {self.agent_key!r}"
+            )
         if self.agent is None:
+            if self.agent_key != TAG:
+                raise TransformUsageError("--agent-key names the agents --agent selects", "add --agent REGEX")
             return
         if self.rules == "agl1":
             raise TransformUsageError(
@@ -274,10 +289,13 @@ class TransformConfig:
             out.pop("kind")
             out.pop("preference")
         else:  # the SFT selection options do not apply to pairs
-            out = {k: out[k] for k in ("name", "collections", "kind", "preference", "rewards", "agent")}
+            keys = ("name", "collections", "kind", "preference", "rewards", "agent", "agent_key")
+            out = {k: out[k] for k in keys}
         for optional in ("rewards", "agent"):  # so versions built without them keep their hashes
             if out[optional] is None:
                 out.pop(optional)
+        if self.agent_key == TAG:  # the default: versions built before --agent-key keep their hashes
+            out.pop("agent_key")
         if self.tokenizer is None:  # so a version of engine ids keeps its params and content hash
             out.pop("tokenizer", None)
             out.pop("per_turn", None)

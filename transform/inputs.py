@@ -18,7 +18,9 @@ import polars as pl
 import pyarrow as pa
 from tracebank.core import memory
 from tracebank.core.arrowutil import arrow_ints
+from tracebank.transform.agent_key import agent_key as agent_key_of
 from tracebank.transform.compact import TaskCodes
+from tracebank.transform.config import TAG
 from tracebank.transform.errors import NoCollectionsError, SilverMissingError, TransformError
 from tracebank.transform.ids import IdNames
 from tracebank.transform.rows import CallTokens
@@ -104,8 +106,10 @@ class Inputs:
         self.names = IdNames()
 
 
-def load_inputs(wh: Warehouse, chosen: Chosen) -> Inputs:
-    """The chosen collections' small columns, from their silver caches (which collect builds)."""
+def load_inputs(wh: Warehouse, chosen: Chosen, agent_key: str = TAG) -> Inputs:
+    """The chosen collections' small columns, from their silver caches (which collect builds);
+    ``agent_key`` names the 1.0 calls' agents (``transform.agent_key``; tag: silver's as it is)."""
+    agents = agent_key_of(agent_key)  # first: a bad MODULE:FUNCTION fails before anything is read
     calls, rewards, attempts, rollouts = [], [], [], []
     token_parts: list[Callable[[], Iterator[pa.RecordBatch]]] = []
     per_collection: list[int] = []
@@ -114,7 +118,7 @@ def load_inputs(wh: Warehouse, chosen: Chosen) -> Inputs:
     loaded = 0
     for order, (cid, manifest) in enumerate(chosen):
         require_silver(storage, cid)
-        c = storage.silver_table(cid, "llm_calls", CALL_COLUMNS)
+        c = agents.named(storage, cid, storage.silver_table(cid, "llm_calls", CALL_COLUMNS))
         r = storage.silver_table(cid, "rewards", REWARD_COLUMNS)
         token_parts.append(partial(storage.silver_batches, cid, "llm_calls", TOKEN_COLUMNS))
         c = c.append_column("tok", arrow_ints(np.arange(loaded, loaded + c.num_rows, dtype=np.int64)))

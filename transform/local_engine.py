@@ -39,7 +39,7 @@ def build_recipe_locally(wh: Warehouse, config: TransformConfig, chosen: Chosen)
         tempfile.TemporaryDirectory(prefix="tracebank-transform-") as scratch,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="transform-io") as pool,
     ):
-        inputs = load_inputs(wh, chosen)
+        inputs = load_inputs(wh, chosen, config.agent_key)
         memory.release()
         readers = min(usable_cores(), MAX_READERS)
         spilling = pool.submit(spill_tokens, inputs.token_parts, inputs.loaded, Path(scratch), readers)

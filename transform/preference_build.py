@@ -20,7 +20,8 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
-from tracebank.transform.config import TransformConfig
+from tracebank.transform.agent_key import agent_key as agent_key_of
+from tracebank.transform.config import TAG, TransformConfig
 from tracebank.transform.errors import EmptyDatasetError
 from tracebank.transform.inputs import CALL_COLUMNS as SFT_CALL_COLUMNS
 from tracebank.transform.inputs import REWARD_COLUMNS, TOKEN_COLUMNS, Chosen, require_silver
@@ -53,16 +54,22 @@ def _with_order(table: pa.Table, order: int) -> pl.DataFrame:
 
 
 def load_calls(
-    wh: Warehouse, chosen: Chosen, keep_unrewarded: bool = False, agent: str | None = None
+    wh: Warehouse,
+    chosen: Chosen,
+    keep_unrewarded: bool = False,
+    agent: str | None = None,
+    agent_key: str = TAG,
 ) -> tuple[pl.DataFrame, pl.DataFrame, CallCounts]:
     """(rewarded calls with tokens and task, each rollout's task, the call counts) of ``chosen``;
     ``keep_unrewarded`` keeps the calls no collected reward reaches too (a reward layer scores them);
-    ``agent`` keeps only the calls of the agents it matches (``--agent``)."""
+    ``agent`` keeps only the calls of the agents it matches (``--agent``), named by ``agent_key``."""
     storage = Storage(wh)
+    agents = agent_key_of(agent_key)
     calls, rewards, attempts, inputs = [], [], [], []
     for order, (cid, manifest) in enumerate(chosen):
         require_silver(storage, cid)
-        calls.append(_with_order(storage.silver_table(cid, "llm_calls", CALL_COLUMNS), order))
+        table = agents.named(storage, cid, storage.silver_table(cid, "llm_calls", CALL_COLUMNS))
+        calls.append(_with_order(table, order))
         rewards.append(_with_order(storage.silver_table(cid, "rewards", REWARD_COLUMNS), order))
         folder = wh.collection_dir(cid)
         attempts.append(_frame(read_table(storage.files_of(folder, manifest, "attempts"))))
@@ -174,7 +181,7 @@ def _margins(table: pa.Table) -> dict[str, Any]:
 def build_preference(wh: Warehouse, config: TransformConfig, chosen: Chosen) -> TransformResult:
     """Commit the next version of ``config.name`` with preference pairs (see the module docstring)."""
     calls, tasks, call_counts = load_calls(
-        wh, chosen, keep_unrewarded=config.rewards is not None, agent=config.agent
+        wh, chosen, keep_unrewarded=config.rewards is not None, agent=config.agent, agent_key=config.agent_key
     )
     scores = rollout_scores(calls)
     layer_counts: dict[str, Any] = {}

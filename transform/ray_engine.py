@@ -277,7 +277,8 @@ def build_recipe_on_ray(wh: Warehouse, config: TransformConfig, chosen: Chosen) 
 
     scratch = wh.tmp_dir / f"ray-{uuid.uuid4().hex[:12]}"
     try:
-        inputs = load_inputs(wh, chosen)  # first: a missing silver cache fails before any Ray job
+        # first: a missing silver cache (or a bad --agent-key function) fails before any Ray job
+        inputs = load_inputs(wh, chosen, config.agent_key)
         items = [{"root": str(wh.root), "cid": cid, "scratch": str(scratch)} for cid, _ in chosen]
         done = {r["cid"]: r for r in ray.data.from_items(items).map(_spill_collection).take_all()}
         sources = _Sources([pickle.loads(done[cid]["spilled"]) for cid, _ in chosen])

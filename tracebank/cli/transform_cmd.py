@@ -79,6 +79,7 @@ def _dataset_alias(ctx: click.Context, _param: click.Parameter, value: str | Non
 @config_option(PreferenceRules, "unit", type=click.Choice(UNITS))
 @config_option(TransformConfig, "rewards", metavar="NAME[@vN]")
 @config_option(TransformConfig, "agent", metavar="REGEX")
+@config_option(TransformConfig, "agent_key", metavar="tag|model|system|tools|MODULE:FUNCTION")
 @config_option(TransformConfig, "tokenizer", metavar="MODEL")
 @config_option(TransformConfig, "per_turn")
 @pass_warehouse
