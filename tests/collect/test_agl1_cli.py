@@ -14,7 +14,9 @@ from tests.fixtures.agl1_server import ROUND_PROMPTS, play_scenario
 from tracebank.cli.main import cli
 
 COLLECTED = r"collected c\w+-\w+: (\d+) new rollouts, (\d+) events, (\d+) skipped, 0 evicted in \d+\.\ds"
-SILVER = r"silver: (\d+) llm calls \((\d+) with token ids\), (\d+) rewards, (\d+) messages"
+SILVER = (
+    r"silver: (\d+) llm calls \((\d+) with token ids(?:, \d+ text only)?\), (\d+) rewards, (\d+) messages"
+)
 
 
 def test_spool_to_dataset_through_the_cli(agl1_round, wh, tmp_path):

@@ -14,6 +14,7 @@ from tracebank.collect import FileSource
 from tracebank.collect.errors import CollectUsageError
 from tracebank.collect.formats import chat
 from tracebank.collect.formats.lines import json_lines
+from tracebank.warehouse import bronze
 from tracebank.warehouse.query import run_sql
 from tracebank.warehouse.storage import Storage
 
@@ -140,3 +141,23 @@ def test_seed_003s_data_folder_goes_in_with_one_command_and_its_format_sniffed(w
     assert out.stdout.startswith("collected ")
     assert f" from chat:{data}: 3 new rollouts, 6 events" in out.stdout
     assert out.stderr == "Warning: notes.txt: left out (not a known format; give --format)\n"
+
+
+def test_bronze_and_silver_keep_every_object_in_the_order_the_file_wrote_it(wh, tmp_path):
+    """A chat template renders ``tool | tojson`` and object arguments with ``tojson``: the warehouse must
+    hand them back as written. Events keep their key order; the 0.3 tables' JSON stays sorted."""
+    tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "required": []}}}
+    call = {"type": "function", "id": "c1", "function": {"name": "add", "arguments": {"b": 2, "a": 2}}}
+    ask = {"role": "assistant", "content": None, "tool_calls": [call]}
+    turns = [{"role": "user", "content": "2+2?"}, ask]
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"tools": [tool], "messages": turns}) + "\n")
+    assert tracebank.open(wh.root).collect(path).committed
+    (data,) = run_sql(wh, "SELECT data FROM events").column(0).to_pylist()
+    request = json.loads(data)["request"]
+    assert json.dumps(request["tools"]) == json.dumps([tool])
+    assert json.dumps(request) == json.dumps({"messages": turns[:1], "tools": [tool]})
+    silver = run_sql(wh, "SELECT tools, tool_calls FROM messages WHERE role = 'assistant'").to_pylist()
+    assert silver == [{"tools": json.dumps([tool]), "tool_calls": json.dumps([call])}]
+    assert json.dumps([tool]) != json.dumps([tool], sort_keys=True)  # the order is not the sorted one
+    assert bronze.to_json({"b": 1, "a": {"d": 2, "c": 3}}) == '{"a": {"c": 3, "d": 2}, "b": 1}'

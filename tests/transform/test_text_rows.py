@@ -51,14 +51,14 @@ def rows_of(result) -> list[dict]:
     ]
 
 
-def archived(value):
-    """``value`` as the warehouse keeps it: bronze stores JSON with sorted keys (``warehouse.bronze``), so
-    a template's ``tojson`` of a tool or of arguments given as objects renders the keys sorted."""
+def sorted_keys(value):
+    """``value`` with every object's keys sorted (what a warehouse that reorders JSON would hand back)."""
     return json.loads(json.dumps(value, sort_keys=True))
 
 
 def oracle(tokenizer, messages, answer_only: bool) -> tuple[list[int], list[int]]:
-    messages, tools = archived(messages), archived(TOOLS)
+    """transformers on the messages and tools exactly as the source has them (no key reordered)."""
+    tools = TOOLS
     out = tokenizer.apply_chat_template(
         messages, tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
     )
@@ -71,6 +71,18 @@ def oracle(tokenizer, messages, answer_only: bool) -> tuple[list[int], list[int]
         assert ids[: len(prompt["input_ids"])] == list(prompt["input_ids"])
         mask = [0] * len(prompt["input_ids"]) + mask[len(prompt["input_ids"]) :]
     return ids, [t if m else IGNORE_INDEX for t, m in zip(ids, mask, strict=True)]
+
+
+def test_the_oracle_sees_the_tool_schema_in_its_written_key_order(tokenizer):
+    """The template renders ``tool | tojson``: sorting the schema's keys renders another prompt, so the
+    rows below equal the oracle only if the warehouse kept the order the source wrote."""
+    schema = TOOLS[0]["function"]["parameters"]
+    assert list(TOOLS[0]) != sorted(TOOLS[0]) and list(schema) != sorted(schema)
+    assert list(schema["properties"]) != sorted(schema["properties"])
+    messages = conversation_messages(conversations()[0])
+    as_written = tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False)
+    reordered = tokenizer.apply_chat_template(messages, tools=sorted_keys(TOOLS), tokenize=False)
+    assert json.dumps(TOOLS[0]) in as_written and as_written != reordered
 
 
 def test_a_conversation_is_one_row_equal_to_the_chat_template_oracle(wh, tmp_path, tokenizer_dir, tokenizer):
