@@ -7,12 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from tracebank.collect.conversation import BadRecord, Conversation, spool_entry
 from tracebank.collect.formats import lines
 from tracebank.collect.formats import openai as fmt
 from tracebank.serve.process import start_cpu_server
+
+from tests.fixtures.openai_log import logging_client
 
 # Real vLLM 0.32.0 bodies, recorded by tests/serve/record_vllm.py: the source of the field names
 # this parser reads (top-level `prompt_token_ids`, per-choice `token_ids`, `logprobs.content[]`).
@@ -37,22 +38,6 @@ def cpu_server(tmp_path_factory):
     model = build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
     with start_cpu_server(model, served_model_name="tiny", max_model_len=512, threads=1) as server:
         yield server
-
-
-def logging_client(base_url: str, log: Path) -> Any:
-    """The ``openai`` client with an httpx response hook writing each request and response as a line."""
-    from openai import OpenAI
-
-    def record(response: httpx.Response) -> None:
-        response.read()
-        with log.open("a") as out:
-            out.write(
-                json.dumps({"request": json.loads(response.request.content), "response": response.json()})
-            )
-            out.write("\n")
-
-    http = httpx.Client(event_hooks={"response": [record]}, timeout=60)
-    return OpenAI(base_url=base_url, api_key="unused", http_client=http)
 
 
 def test_the_openai_clients_logged_calls_keep_the_servers_token_ids(cpu_server, tmp_path):

@@ -86,3 +86,46 @@ def test_lora_adapter_serves_what_the_merged_adapter_generates(vllm, models):
     cpu = ChatModel(CpuServerConfig(model=adapter))  # the CPU server merges the adapter into its base
     _, prompt = cpu.render(parity.MESSAGES)
     assert cpu.generate(prompt, SamplingSpec(max_tokens=8, temperature=0)).token_ids == tuned
+
+
+def test_the_openai_clients_log_of_live_vllm_becomes_rows_of_vllms_own_ids(vllm, models, tmp_path):
+    """Issue 29: the ``openai`` client asks the live vLLM engine for ``return_token_ids`` (with tools
+    too), its calls are logged as JSONL, collected with ``--format openai`` and transformed with the
+    served model's tokenizer: every row is vLLM's prompt + response ids, and the request messages
+    retokenize to the very prompt ids vLLM saw."""
+    import pyarrow.parquet as pq
+
+    import tracebank
+    from tests.fixtures.openai_log import logging_client
+
+    base, _ = models
+    log = tmp_path / "vllm-calls.jsonl"
+    client = logging_client(vllm.base_url, log)
+    served = []
+    for tools in (None, parity.TOOLS):
+        extra = {"tools": tools} if tools else {}
+        reply = client.chat.completions.create(
+            model=parity.MODEL_NAME,
+            messages=parity.MESSAGES,
+            max_tokens=4,
+            temperature=0,
+            extra_body={"return_token_ids": True},
+            **extra,
+        )
+        served.append(reply.model_dump())
+    wh = tracebank.open(tmp_path / "warehouse")
+    collected = wh.collect(str(log), format="openai")
+    assert collected.counts["rollouts"] == 2
+    again = wh.collect(str(log), format="openai")  # a re-import adds nothing
+    assert again.collection_id is None and again.counts["skipped"] == 2
+    # the logged responses carry no reward: a layer gives every call one, as for any text source
+    scorer = tmp_path / "one.py"
+    scorer.write_text("def one(rollout):\n    return 1.0\n")
+    wh.rescore(f"{scorer}:one", name="one", workers=1)
+    version = wh.transform("served", rewards="one", tokenizer=str(base), val_fraction=0.0)
+    files = [version.folder / f["path"] for f in version.manifest["files"]]
+    rows = [row for path in files for row in pq.read_table(path).to_pylist()]
+    want = sorted(s["prompt_token_ids"] + s["choices"][0]["token_ids"] for s in served)
+    assert sorted(r["input_ids"] for r in rows) == want
+    retok = version.manifest["counts"]["text"]["retokenization"]
+    assert (retok["compared"], retok["equal"], retok["differ"]) == (2, 2, 0)
