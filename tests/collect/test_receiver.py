@@ -102,6 +102,31 @@ def test_the_sdk_exporter_sends_chat_spans_that_sql_finds(tmp_path):
     roles = running.wh.sql("SELECT role, content FROM messages ORDER BY role").rows()
     assert ("user", "What is 2+2?") in roles and ("assistant", "4") in roles
     assert running.wh.sql("SELECT value FROM rewards").rows() == [(1.0,)]
+    _rows_through_the_chat_template(running.wh, tmp_path)
+
+
+def _rows_through_the_chat_template(wh, tmp_path):
+    """The received text calls become one row with ``--tokenizer``: the oracle is transformers'
+    rendering of the conversation (the last call's request + its answer) and its assistant mask."""
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    from tests.fixtures.text_calls import build_chat_tokenizer
+
+    folder = build_chat_tokenizer(tmp_path / "tokenizer")
+    version = wh.transform("otel", tokenizer=str(folder), val_fraction=0.0)
+    (row,) = [
+        r for f in version.manifest["files"] for r in pq.read_table(version.folder / f["path"]).to_pylist()
+    ]
+    messages = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
+    rendered = AutoTokenizer.from_pretrained(str(folder)).apply_chat_template(
+        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    assert row["input_ids"] == list(rendered["input_ids"])
+    assert row["labels"] == [
+        t if m else -100 for t, m in zip(rendered["input_ids"], rendered["assistant_masks"], strict=True)
+    ]
+    assert version.manifest["counts"]["token_source"] == {"engine": 0, "text": 1}
 
 
 def test_a_json_body_gzip_and_every_refusal_while_the_server_keeps_running(tmp_path, monkeypatch):
