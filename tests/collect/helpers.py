@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -117,6 +118,25 @@ def start_cli(*args: str) -> subprocess.Popen[str]:
         env=cli_env(),
         cwd=ROOT,
     )
+
+
+def receive_cli(root: Path, send: Callable[[str], Any]) -> tuple[Any, subprocess.CompletedProcess[str]]:
+    """`tracebank receive` on a free loopback port with batches held to the end; ``send(url)`` exports
+    to its /v1/traces, then SIGTERM commits what it holds: what ``send`` returned, and the run."""
+    from tests.fixtures.store_server import free_port
+
+    port = free_port()
+    proc = start_cli("-w", str(root), "receive", "--port", str(port), "--batch-seconds", "600")
+    try:
+        assert proc.stdout is not None
+        assert "receiving OTLP traces" in proc.stdout.readline()
+        sent = send(f"http://127.0.0.1:{port}/v1/traces")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return sent, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 class DroppingProxy:

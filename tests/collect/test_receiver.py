@@ -7,14 +7,12 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
-import signal
 import threading
 
 import pytest
 
 import tracebank
-from tests.collect.helpers import start_cli, wait_for
-from tests.fixtures.store_server import free_port
+from tests.collect.helpers import receive_cli, wait_for
 
 TOKEN = "s3cret-token"
 INPUTS = [{"role": "user", "parts": [{"type": "text", "content": "What is 2+2?"}]}]
@@ -174,19 +172,9 @@ def test_a_remote_host_needs_the_flag_and_a_token(tmp_path):
 
 
 def test_the_cli_commits_what_it_holds_on_sigterm(tmp_path):
-    port = free_port()
     root = tmp_path / "wh"
-    proc = start_cli("-w", str(root), "receive", "--port", str(port), "--batch-seconds", "600")
-    try:
-        assert proc.stdout is not None
-        assert "receiving OTLP traces" in proc.stdout.readline()
-        trace_id = _export(f"http://127.0.0.1:{port}/v1/traces")
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    assert "committed 1 conversations" in out
+    trace_id, run = receive_cli(root, _export)
+    assert run.returncode == 0, run.stderr
+    assert "committed 1 conversations" in run.stdout
     rows = tracebank.open(root).sql("SELECT DISTINCT rollout_id FROM llm_calls").rows()
     assert rows == [(trace_id,)]
