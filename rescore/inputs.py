@@ -16,7 +16,6 @@ from tracebank.warehouse.storage import Storage
 
 MESSAGE_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "direction", "message_index", "role", "content"]
 MESSAGE_COLUMNS += ["tool_calls", "tool_call_id"]
-REWARD_COLUMNS = ["rollout_id", "attempt_id", "sequence_id", "start_time", "value", "reject_reason"]
 
 
 def _frame(table: Any) -> pl.DataFrame:
@@ -48,16 +47,6 @@ def _last_call_messages(messages: pl.DataFrame) -> dict[tuple[str, str], list[di
     return out
 
 
-def _final_rewards(rewards: pl.DataFrame) -> dict[tuple[str, str], float]:
-    valid = rewards.filter(pl.col("reject_reason").is_null() & pl.col("value").is_not_null())
-    last = (
-        valid.sort(["sequence_id", "start_time"])
-        .group_by("rollout_id", "attempt_id")
-        .agg(pl.col("value").last())
-    )
-    return {(r, a): v for r, a, v in last.iter_rows()}
-
-
 def collection_rollouts(wh: Warehouse, cid: str, manifest: CollectionManifest) -> list[ScoredRollout]:
     """Every rollout of collection ``cid`` (its latest attempt), as a scorer sees it."""
     storage = Storage(wh)
@@ -74,7 +63,7 @@ def collection_rollouts(wh: Warehouse, cid: str, manifest: CollectionManifest) -
         _frame(storage.bronze_table(cid, manifest, "rollouts", ["rollout_id", "input"])).iter_rows()
     )
     messages = _last_call_messages(_frame(storage.silver_table(cid, "messages", MESSAGE_COLUMNS)))
-    rewards = _final_rewards(_frame(storage.silver_table(cid, "rewards", REWARD_COLUMNS)))
+    rewards = storage.final_rewards(cid)
     out = []
     for rid, aid, _ in latest.sort("rollout_id").iter_rows():
         conversation = messages.get((rid, aid), [])

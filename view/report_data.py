@@ -13,6 +13,7 @@ from tracebank.view.config import ReportConfig
 from tracebank.view.conversation import DatasetRow, iter_rows, version_rows
 from tracebank.view.errors import NothingToShowError
 from tracebank.view.preference_view import is_preference, preference_section
+from tracebank.view.report_judges import judge_sections
 from tracebank.warehouse import catalog
 from tracebank.warehouse.catalog import DatasetRef
 from tracebank.warehouse.contract import IGNORE_INDEX, RAW_LLM_SPAN
@@ -31,20 +32,31 @@ DROP_KEYS = (
 )
 ROLLOUT_LINKS = 200
 
-#: Prompt and response lengths of each collection's usable calls, one row per call (its
-#: raw_gen_ai_request span when both call spans carry ids).
-USABLE_CALLS_SQL = f"""
+#: Each collection's usable calls, one row per call (its raw_gen_ai_request span when both call
+#: spans carry ids).
+USABLE_CALLS = f"""
 WITH c AS (
   SELECT * FROM llm_calls WHERE reject_reason IS NULL
   QUALIFY row_number() OVER (
     PARTITION BY collection_id, rollout_id, attempt_id, sequence_id
     ORDER BY span_name <> '{RAW_LLM_SPAN}', start_time) = 1
 )
-SELECT collection_id, count(*) AS calls,
+"""
+#: Prompt and response lengths of each collection's usable calls.
+USABLE_CALLS_SQL = (
+    USABLE_CALLS
+    + """SELECT collection_id, count(*) AS calls,
        list(prompt_len ORDER BY rollout_id, sequence_id) AS prompt_len,
        list(response_len ORDER BY rollout_id, sequence_id) AS response_len
 FROM c GROUP BY collection_id
 """
+)
+#: Usable calls per agent of each collection (a call with no agent has a null one), most first.
+AGENT_CALLS_SQL = (
+    USABLE_CALLS
+    + "SELECT collection_id, agent, count(*) AS calls FROM c GROUP BY ALL "
+    + "ORDER BY collection_id, calls DESC, agent NULLS LAST"
+)
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -101,6 +113,8 @@ def _conversation(row: DatasetRow, tokenizer: Any | None) -> dict[str, Any]:
         "reward": row.reward,
         "rollout_id": row.rollout_id,
         "attempt_id": row.attempt_id,
+        "agent": call.agent if call is not None else None,
+        "model": call.model if call is not None else None,
         "tokens": len(row.input_ids),
         "trained": row.trained,
         "messages": messages,
@@ -173,6 +187,7 @@ def _collections(con: duckdb.DuckDBPyConnection, wanted: set[str] | None) -> lis
         "WHERE reward IS NOT NULL ORDER BY rollout_id",
     )
     calls = _rows(con, USABLE_CALLS_SQL)
+    agents = _rows(con, AGENT_CALLS_SQL)
     by_cid = {c["collection_id"]: c for c in calls}
     rollouts = _rows(con, "SELECT collection_id, rollout_id, status FROM rollouts ORDER BY rollout_id")
     out = []
@@ -194,6 +209,7 @@ def _collections(con: duckdb.DuckDBPyConnection, wanted: set[str] | None) -> lis
                 "prompt_len": stats.get("prompt_len") or [],
                 "response_len": stats.get("response_len") or [],
                 "calls": stats.get("calls") or 0,
+                "agents": [[a["agent"], a["calls"]] for a in agents if a["collection_id"] == cid],
                 "rollouts": len(ro),
                 "rollout_links": [
                     {
@@ -252,7 +268,8 @@ def default_tokenizer_dir(runs: list[dict[str, Any]]) -> str | None:
 def gather(
     wh: Warehouse, con: duckdb.DuckDBPyConnection, config: ReportConfig, tokenizer_loader: Any
 ) -> dict[str, Any]:
-    """The report's data: collections, dataset versions (with sampled conversations) and runs."""
+    """The report's data: collections, dataset versions (with sampled conversations), runs and
+    the LLM judge layers of those collections."""
     versions = _versions(wh, config.datasets)
     runs = _runs(con, set(config.runs) if config.runs else None)
     if config.datasets and not config.runs:
@@ -269,6 +286,7 @@ def gather(
         "collections": _collections(con, wanted_cols),
         "datasets": [_dataset_section(wh, con, m, tokenizer, config.conversations) for _, m in versions],
         "runs": runs,
+        "judges": judge_sections(wh, wanted_cols),
     }
     if not (data["collections"] or data["datasets"] or data["runs"]):
         raise NothingToShowError(

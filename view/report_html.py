@@ -82,6 +82,14 @@ def _datasets_html(datasets: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
+def _agents_html(agents: list[list[Any]]) -> str:
+    """Usable calls per agent (record text, escaped); nothing when no call names an agent."""
+    if not any(name is not None for name, _ in agents):
+        return ""
+    rows = [[_e(name) if name is not None else "<i>none</i>", f"{n:,}"] for name, n in agents]
+    return '<div class="agents">' + _table(["agent", "usable calls"], rows) + "</div>"
+
+
 def _collections_html(collections: list[dict[str, Any]], shown_rollouts: set[str]) -> str:
     if not collections:
         return "<p>No collections.</p>"
@@ -101,7 +109,8 @@ def _collections_html(collections: list[dict[str, Any]], shown_rollouts: set[str
         tail = f" … and {more:,} more" if more > 0 else ""
         parts.append(
             f'<h3 id="{_e(c["anchor"])}">{_e(c["collection_id"])}</h3><p class="meta">{meta}</p>'
-            f"<details><summary>rollouts</summary><p>{links}{tail}</p></details>"
+            + _agents_html(c.get("agents") or [])
+            + f"<details><summary>rollouts</summary><p>{links}{tail}</p></details>"
         )
     return "".join(parts)
 
@@ -138,7 +147,8 @@ def _conversations_html(datasets: list[dict[str, Any]]) -> tuple[str, set[str]]:
             summary = (
                 f"{_link(d['anchor'], c['dataset'])} row {c['index']} ({_e(c['split'])}) · "
                 f"reward {_e(_round(c['reward']))} · rollout {_e(c['rollout_id'])} · "
-                f"{c['tokens']} tokens, {c['trained']} trained"
+                + (f"agent {_e(c['agent'])} · " if c.get("agent") is not None else "")
+                + f"{c['tokens']} tokens, {c['trained']} trained"
             )
             opened = " open" if n == 0 else ""
             parts.append(
@@ -149,6 +159,24 @@ def _conversations_html(datasets: list[dict[str, Any]]) -> tuple[str, set[str]]:
                 + "</details>"
             )
     return ("".join(parts) or "<p>No dataset rows.</p>"), shown
+
+
+def _judges_html(judges: list[dict[str, Any]]) -> str:
+    if not judges:
+        return "<p>No LLM judge layers (<code>tracebank rescore --judge</code>).</p>"
+    parts = []
+    for i, j in enumerate(judges):
+        settings = " · ".join(f"{_e(k)} <code>{_e(v)}</code>" for k, v in j["settings"].items())
+        counts = (
+            f"{j['scored']:,} rollouts scored, {len(j['points']):,} of them with a collected reward "
+            f"({j['no_reward']:,} without), {j['unscored']:,} left unscored"
+        )
+        parts.append(
+            f'<h3 id="{_e(j["anchor"])}">{_e(j["ref"])}</h3><p class="meta">{counts}</p>'
+            f'<p class="meta">{settings}</p>'
+            f'<div class="chart" id="chart-judge-{i}"></div><div class="chart" id="chart-spread-{i}"></div>'
+        )
+    return "".join(parts)
 
 
 # Inside a <script> element the HTML parser still reacts to "<!--", "<script" and "</script" (a
@@ -183,6 +211,10 @@ def page(data: dict[str, Any], plotly_js: str) -> str:
 <div class="chart" id="chart-rewards"></div><div class="chart" id="chart-lengths"></div>
 <div class="chart" id="chart-tokens"></div>
 {_collections_html(data["collections"], shown)}
+<h2 id="judges">LLM judges</h2>
+<p class="meta">Each judge layer's score (latest version) against the rollout's collected final reward;
+error bars and the histogram show the judge's spread (standard deviation over its samples).</p>
+{_judges_html(data.get("judges") or [])}
 <h2 id="conversations">Conversations</h2>
 <p class="meta">The best and worst rows of each version by reward;
 assistant turns the version does not train are faded.</p>

@@ -333,6 +333,22 @@ class Storage:
                 f"rebuild it with `tracebank rebuild-silver --collection {collection_id}`",
             ) from exc
 
+    def final_rewards(self, collection_id: str) -> dict[tuple[str, str], float]:
+        """Each (rollout, attempt)'s collected final reward: its last valid reward by sequence, then
+        time (rejected and empty rewards skipped). The silver cache is current (the caller checked)."""
+        import polars as pl
+
+        columns = ["rollout_id", "attempt_id", "sequence_id", "start_time", "value", "reject_reason"]
+        rewards = pl.from_arrow(self.silver_table(collection_id, "rewards", columns))
+        assert isinstance(rewards, pl.DataFrame)
+        valid = rewards.filter(pl.col("reject_reason").is_null() & pl.col("value").is_not_null())
+        last = (
+            valid.sort(["sequence_id", "start_time"])
+            .group_by("rollout_id", "attempt_id")
+            .agg(pl.col("value").last())
+        )
+        return {(r, a): v for r, a, v in last.iter_rows()}
+
     def dataset_names(self) -> list[str]:
         names = self.store.children(layout.DATASETS)
         return [n for n in names if self.store.children(f"{layout.DATASETS}/{n}")]

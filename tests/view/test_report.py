@@ -172,3 +172,74 @@ def test_a_report_over_extreme_values_embeds_standard_json(wh, tmp_path):
     assert None in shown and 1e308 in shown and 0.5 in shown
     (run_data,) = data["runs"]
     assert [c["loss"] for c in run_data["curves"]] == [[2.5]]
+
+
+HOSTILE_AGENT = "<script>alert('agent')</script>"
+
+
+@pytest.fixture
+def judged(wh):
+    """Multi-agent rollouts (one agent named as an attacker would), a dataset version, a judge layer
+    that scored all but one rollout (three samples each) and a scorer function's layer."""
+    from tracebank.transform import TransformConfig, transform
+    from tracebank.warehouse.query import connect
+
+    from tests.fixtures.agent_spans import recorded_agent_spans
+    from tests.fixtures.bronze import commit_collection
+    from tests.fixtures.layers import commit_layer
+
+    spans = recorded_agent_spans(n_rollouts=4, seed=3)
+    for span in spans:
+        if span.attributes.get("agent.name") == "planner":
+            span.attributes["agent.name"] = HOSTILE_AGENT
+    cid = commit_collection(wh, spans)
+    transform(wh, TransformConfig(name="agents", collections=(cid,)))
+    con = connect(wh)
+    sql = "SELECT rollout_id, attempt_id, reward FROM rollout_rewards ORDER BY 1"
+    collected = con.execute(sql).fetchall()
+    con.close()
+    judged, unscored = collected[:-1], collected[-1]
+    scores: dict[str, float | None] = {r: 1.0 - reward for r, _, reward in judged}
+    scores[unscored[0]] = None
+    attempts = {r: a for r, a, _ in collected}
+    stds = {r: 0.1 * (i + 1) for i, (r, _, _) in enumerate(judged)}
+    judge = {"model": "tiny", "samples": 3, "temperature": 1.0, "rubric_sha256": "ab" * 32, "scale": [1, 5]}
+    commit_layer(wh, "judge", {r: 0.0 for r in scores}, cid, attempts=attempts)  # v1: not shown
+    commit_layer(wh, "judge", scores, cid, attempts=attempts, stds=stds, judge=judge)
+    commit_layer(wh, "plain", {r: 0.5 for r in scores}, cid, attempts=attempts)  # a scorer, no judge
+    expected = [
+        {"rollout_id": r, "reward": reward, "score": 1.0 - reward, "std": stds[r]} for r, _, reward in judged
+    ]
+    return wh, cid, expected
+
+
+def test_the_report_plots_a_judge_against_collected_rewards_with_its_spread(judged, tmp_path):
+    wh, cid, expected = judged
+    out = tmp_path / "judge.html"
+    result = _report(wh.root, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    (judge,) = _embedded(out)["judges"]  # the latest version of the judge's layer only
+    assert judge["ref"] == "judge@v2" and judge["collections"] == [cid]
+    assert sorted(judge["points"], key=lambda p: p["rollout_id"]) == expected
+    assert judge["spread"] == [p["std"] for p in expected]
+    assert (judge["scored"], judge["unscored"], judge["no_reward"]) == (3, 1, 0)
+    assert judge["settings"]["model"] == "tiny" and judge["settings"]["samples"] == 3
+    page = out.read_text()
+    assert 'id="chart-judge-0"' in page and 'id="chart-spread-0"' in page
+
+
+def test_the_report_names_each_calls_agent_as_text(judged, tmp_path):
+    wh, cid, _ = judged
+    out = tmp_path / "agents.html"
+    assert _report(wh.root, "-o", str(out), "--conversations", "6").exit_code == 0
+    data = _embedded(out)
+    (collection,) = data["collections"]
+    # Per rollout: planner (renamed) 2 calls, coder 2, reviewer 1, and one call outside any agent.
+    assert dict(map(tuple, collection["agents"])) == {HOSTILE_AGENT: 8, "coder": 8, "reviewer": 4, None: 4}
+    agents = {c["agent"] for c in data["datasets"][0]["conversations"]}
+    assert HOSTILE_AGENT in agents
+    page = out.read_text()
+    assert "alert('agent')" in page  # shown ...
+    assert page.count("<script") == 3 and "<script>alert" not in page  # ... as text, never as a script
+    assert "agent &lt;script&gt;alert(&#x27;agent&#x27;)&lt;/script&gt; · " in page  # a conversation
+    assert "<td>&lt;script&gt;alert(&#x27;agent&#x27;)&lt;/script&gt;</td><td>8</td>" in page  # the table

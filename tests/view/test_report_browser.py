@@ -153,6 +153,18 @@ def test_a_message_with_a_comment_and_a_script_tag_keeps_the_page_working(wh, tm
         spans.append(reward_span(f"ro-html-{i}", "at-1", 2, reward, 1_700_000_000.5 + i))
     cid = commit_collection(wh, spans, tag=HTML_HOSTILE)
     transform(wh, TransformConfig(name="html", collections=(cid,)))
+    from tests.fixtures.layers import commit_layer
+
+    scores = {f"ro-html-{i}": 0.5 + i for i in range(2)}
+    commit_layer(
+        wh,
+        "judge",
+        scores,
+        cid,
+        attempts=dict.fromkeys(scores, "at-1"),
+        stds={"ro-html-0": 0.2},
+        judge={"model": HTML_HOSTILE, "samples": 2},
+    )
     out = tmp_path / "html.html"
     _report(wh, out)
     with chromium(tmp_path / "profile") as driver:
@@ -161,6 +173,8 @@ def test_a_message_with_a_comment_and_a_script_tag_keeps_the_page_working(wh, tm
         full_page_screenshot(driver, tmp_path / "html.png")
         assert _plotted_traces(driver, "chart-rewards") >= 1
         assert _plotted_traces(driver, "chart-cut-0") >= 1
+        assert _plotted_traces(driver, "chart-judge-0") == 1  # judge score against collected reward
+        assert _plotted_traces(driver, "chart-spread-0") == 1
         texts = [e.get_attribute("textContent") for e in driver.find_elements("css selector", ".msg")]
         assert any(HTML_HOSTILE in t for t in texts), texts
         assert driver.execute_script("return document.scripts.length") == 3

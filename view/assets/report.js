@@ -46,4 +46,22 @@ if (dpoCurves.length) {
   const el = document.getElementById('chart-dpo');
   if (el) el.remove();
 }
+// plotly reads a few HTML tags in labels (<a href>, <b>, <br>); a rollout id is record text, so
+// its angle brackets become look-alikes before plotly sees it.
+const inert = s => String(s).replace(/</g, '\u2039').replace(/>/g, '\u203a');
+(D.judges || []).forEach((j, i) => {
+  const withStd = j.points.some(p => p.std !== null);
+  plot('chart-judge-' + i, j.points.length ? [{type: 'scatter', mode: 'markers', name: 'rollouts',
+    x: j.points.map(p => p.reward), y: j.points.map(p => p.score), text: j.points.map(p => inert(p.rollout_id)), hoverinfo: 'x+y+text',
+    error_y: withStd ? {type: 'data', array: j.points.map(p => p.std === null ? 0 : p.std), visible: true} : undefined}] : [],
+    j.ref + ': judge score against collected final reward', {xaxis: {title: {text: 'collected reward'}}, yaxis: {title: {text: 'judge score'}}});
+  if (j.spread.length) {
+    plot('chart-spread-' + i, [{type: 'histogram', name: 'rollouts', x: j.spread}],
+         j.ref + ": the judge's spread (standard deviation over samples) per rollout",
+         {xaxis: {title: {text: 'standard deviation'}}, yaxis: {title: {text: 'rollouts'}}});
+  } else {
+    const el = document.getElementById('chart-spread-' + i);
+    if (el) el.remove();
+  }
+});
 document.body.dataset.rendered = 'yes';
