@@ -22,6 +22,7 @@ SECTIONS = (
     "bench.train_bench",
     "bench.serve_bench",
     "bench.agl1_bench",
+    "bench.import_bench",
 )
 
 
