@@ -193,8 +193,12 @@ def _rollout_context(rollouts: pa.Table) -> dict[str, tuple[str | None, bool | N
     return out
 
 
-def silver_from_events(events: pa.Table, rollouts: pa.Table, collection_id: str) -> dict[str, pa.Table]:
-    """The three silver tables of a 1.0 collection, from its bronze ``events`` and ``rollouts``."""
+def silver_from_events(
+    events: pa.Table, rollouts: pa.Table, collection_id: str, first_index: int = 0
+) -> dict[str, pa.Table]:
+    """The three silver tables of a 1.0 collection's bronze ``events`` (the whole table, or one of its
+    files: each holds whole attempts) and its ``rollouts``; ``first_index``: the events' place in the
+    collection (the rows of the files before)."""
     context = _rollout_context(rollouts)
     calls: list[dict[str, Any]] = []
     rewards: list[dict[str, Any]] = []
@@ -203,7 +207,7 @@ def silver_from_events(events: pa.Table, rollouts: pa.Table, collection_id: str)
         [("rollout_id", "ascending"), ("attempt_id", "ascending"), ("position", "ascending")]
     )
     # span_index: the event's place in the collection, the order 0.3's silver rows carry too
-    for span_index, event in enumerate(ordered.to_pylist()):
+    for span_index, event in enumerate(ordered.to_pylist(), start=first_index):
         kind = event["event_type"]
         if kind not in (MODEL_REQUEST, REWARD):
             continue

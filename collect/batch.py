@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from tracebank.collect.config import CollectConfig
 from tracebank.collect.redact import Redactor, without_credentials
-from tracebank.collect.writer import SpanFileWriter, write_table
+from tracebank.collect.writer import EventFileWriter, SpanFileWriter, write_table
 from tracebank.core.versions import installed_versions
 from tracebank.warehouse import bronze
 from tracebank.warehouse.contract import LLM_SPAN_NAMES
@@ -103,7 +103,7 @@ class Batch:
         self.storage = Storage(wh)
         self.redactor = Redactor()
         self.spans = SpanFileWriter(self.storage, self.folder, self.cid, config.rows_per_file)
-        self.events: list[dict[str, Any]] = []
+        self.events = EventFileWriter(self.storage, self.folder, self.cid, config.rows_per_file)
         self.rollouts: dict[str, dict[str, Any]] = {}
         self.attempts: list[dict[str, Any]] = []
         self.evicted: list[dict[str, str]] = []
@@ -156,7 +156,7 @@ class Batch:
         if self.config.redact:
             for event in events:
                 redact_event(self.redactor, event)
-        self.events += events
+        self.events.add(events)
         self.incomplete += not complete
         self._add(rollout, attempt)
 
@@ -192,12 +192,12 @@ class Batch:
             "rollouts": bronze.rollouts_table(self.rollouts.values(), self.cid),
             "attempts": bronze.attempts_table(self.attempts, self.cid),
         }
-        if self.records == "events":
-            tables["events"] = bronze.events_table(self.events, self.cid)
         written = [
             await asyncio.to_thread(write_table, self.storage, self.folder, name, table)
             for name, table in tables.items()
         ]
+        if self.records == "events":
+            written += await asyncio.to_thread(self.events.finish)
         return written + span_files
 
     async def abandon(self) -> None:
@@ -208,7 +208,7 @@ class Batch:
         """What the run saw and took, as the manifest records it (0.3 and 1.0 keep their keys)."""
         counts = {"rollouts": len(self.rollouts), "attempts": len(self.attempts), "spans": self.spans.rows}
         if self.records == "events":
-            counts["events"] = len(self.events)
+            counts["events"] = self.events.rows
         counts |= {"skipped": self.skipped, "evicted": len(self.evicted)}
         if self.records == "spans":
             counts["no_llm_spans"] = len(self.no_llm)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import signal
 import threading
 import time
 import zlib
@@ -175,16 +176,39 @@ class Receiver:
         if on_ready is not None:
             on_ready(self.result.url)
         stop = stop or threading.Event()
+        previous = _stop_on_signals(stop)
         try:
             while not stop.wait(min(self.config.batch_seconds / 2, 0.5)):
                 self.flush()
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the CLI turns it: commit what is held
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, still commit what is held
             pass
         finally:
+            _restore_signals(previous)
             server.shutdown()
             server.server_close()
         self.flush(everything=True)
         return self.result
+
+
+def _stop_on_signals(stop: threading.Event) -> dict[int, Any]:
+    """Ctrl-C and SIGTERM set ``stop`` instead of raising where they land: one that arrived during a
+    commit used to be swallowed by it, and the receiver served on. A second one raises
+    KeyboardInterrupt. Only the main thread can hold signal handlers (a receiver in a thread keeps
+    the caller's)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handle(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    return {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 def _url_host(host: str) -> str:

@@ -396,19 +396,20 @@ def silver_pieces(wh: Warehouse, collection_id: str) -> Iterator[dict[str, pa.Ta
     Every silver row comes from one span, so the pieces laid end to end are the
     tables of the whole collection (``span_index`` keeps each span's place), and
     memory follows ``SPAN_BATCH_BYTES`` instead of the span file or the collection.
-    An Agent Lightning 1.0 collection (events, not spans) is one piece.
+    An Agent Lightning 1.0 collection (events, not spans) is a piece per events file.
     """
     folder = wh.collection_dir(collection_id)
     storage = Storage(wh)
     manifest = storage.collection(collection_id)
     events = storage.files_of(folder, manifest, "events") if manifest is not None else []
-    if events:
+    if events:  # a file at a time: each holds whole attempts (collect cuts files between them)
         rollouts = storage.files_of(folder, manifest, "rollouts") if manifest is not None else []
-        yield silver_from_events(
-            read_table(events, schema=schemas.EVENTS),
-            read_table(rollouts, ["rollout_id", "input", "mode"]),
-            collection_id,
-        )
+        inputs = read_table(rollouts, ["rollout_id", "input", "mode"])
+        first_index = 0
+        for events_file in events:
+            table = read_table([events_file], schema=schemas.EVENTS)
+            yield silver_from_events(table, inputs, collection_id, first_index)
+            first_index += table.num_rows
         return
     con = duckdb.connect(":memory:", config={"threads": SILVER_THREADS})
     try:

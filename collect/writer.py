@@ -151,6 +151,57 @@ class SpanFileWriter:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
 
+class EventFileWriter:
+    """Takes Agent Lightning 1.0 event rows an attempt at a time; writes ``events-NNNN.parquet``
+    files cut between attempts at ``rows_per_file`` rows or :data:`FILE_BYTES` of Arrow data, so
+    an import of any size holds about one file's worth of events (a chat file of 100k
+    conversations is as flat as one of 1k)."""
+
+    def __init__(self, storage: Storage, folder: Path, collection_id: str, rows_per_file: int) -> None:
+        self.storage = storage
+        self.folder = folder
+        self.collection_id = collection_id
+        self.rows_per_file = rows_per_file
+        self.entries: list[FileEntry] = []
+        self.rows = 0
+        self._pending: list[dict[str, Any]] = []
+        self._tables: list[pa.Table] = []
+        self._table_rows = 0
+        self._table_bytes = 0
+
+    def add(self, events: list[dict[str, Any]]) -> None:
+        """Take one attempt's event rows; write a file once enough are waiting."""
+        self._pending += events
+        self.rows += len(events)
+        if len(self._pending) >= BATCH_ROWS:
+            self._convert_pending()
+        if self._table_rows + len(self._pending) >= self.rows_per_file or self._table_bytes >= FILE_BYTES:
+            self._write_file()
+
+    def _convert_pending(self) -> None:
+        if self._pending:
+            table = bronze.events_table(self._pending, self.collection_id)
+            self._pending = []
+            self._tables.append(table)
+            self._table_rows += table.num_rows
+            self._table_bytes += table.nbytes
+
+    def _write_file(self) -> None:
+        self._convert_pending()
+        if not self._tables:
+            return
+        table = pa.concat_tables(self._tables) if len(self._tables) > 1 else self._tables[0]
+        self._tables, self._table_rows, self._table_bytes = [], 0, 0
+        name = layout.bronze_file("events", len(self.entries))
+        conformed = schemas.conform(table, schemas.BRONZE["events"])
+        self.entries.append(self.storage.write_table(self.folder, name, conformed, "events"))
+
+    def finish(self) -> list[FileEntry]:
+        """Write what is left; the manifest entries of every events file, in file order."""
+        self._write_file()
+        return list(self.entries)
+
+
 def write_table(storage: Storage, folder: Path, name: str, table: pa.Table) -> FileEntry:
     """Write one whole-table file (rollouts, attempts) and return its manifest entry."""
     return storage.write_table(

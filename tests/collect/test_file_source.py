@@ -161,3 +161,32 @@ def test_bronze_and_silver_keep_every_object_in_the_order_the_file_wrote_it(wh, 
     assert silver == [{"tools": json.dumps([tool]), "tool_calls": json.dumps([call])}]
     assert json.dumps([tool]) != json.dumps([tool], sort_keys=True)  # the order is not the sorted one
     assert bronze.to_json({"b": 1, "a": {"d": 2, "c": 3}}) == '{"a": {"c": 3, "d": 2}, "b": 1}'
+
+
+def test_a_big_import_is_written_a_file_of_events_at_a_time_and_reads_as_one(tmp_path):
+    """The events of a file source (and a spool) are written as they come, in files cut between
+    attempts (``rows_per_file``), so memory stays flat in the file's size; silver built a file at a
+    time equals silver built from the whole table."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(_line(i, id=f"conv-{i:03d}", reward=i / 50) + "\n" for i in range(50)))
+    small, whole = tracebank.open(tmp_path / "small"), tracebank.open(tmp_path / "whole")
+    split = small.collect(path, rows_per_file=7)
+    one = whole.collect(path)
+    assert split.counts["events"] == one.counts["events"] > 50
+    manifest = Storage(small.readable()).collection(split.collection_id)
+    folder = small.readable().collection_dir(split.collection_id)
+    events = [
+        pq.read_table(folder / f.path, columns=["rollout_id"]) for f in manifest.files if f.table == "events"
+    ]
+    assert len(events) > 5
+    owners = [set(t.column("rollout_id").to_pylist()) for t in events]
+    assert sum(len(o) for o in owners) == len(set().union(*owners)) == 50  # no attempt is cut in two
+    for query in (
+        "SELECT rollout_id, span_id, prompt_len, reject_reason, token_source, agent FROM llm_calls"
+        " ORDER BY ALL",
+        "SELECT rollout_id, span_id, message_index, role, content, tools FROM messages ORDER BY ALL",
+        "SELECT rollout_id, value FROM rewards ORDER BY ALL",
+    ):
+        assert run_sql(small.readable(), query).to_pylist() == run_sql(whole.readable(), query).to_pylist()

@@ -8,6 +8,7 @@ import gzip
 import http.client
 import json
 import threading
+import time
 
 import pytest
 
@@ -178,3 +179,26 @@ def test_the_cli_commits_what_it_holds_on_sigterm(tmp_path):
     assert "committed 1 conversations" in run.stdout
     rows = tracebank.open(root).sql("SELECT DISTINCT rollout_id FROM llm_calls").rows()
     assert rows == [(trace_id,)]
+
+
+def test_ctrl_c_sets_stop_wherever_it_lands_and_a_second_one_interrupts():
+    """The finding (make bench): a SIGINT that arrived while a commit ran was swallowed by the
+    commit and the receiver served on. Now the signal only sets ``stop``; the commit in flight
+    finishes, then the receiver commits the rest and returns."""
+    import os
+    import signal
+
+    from tracebank.collect.receiver import _restore_signals, _stop_on_signals
+
+    stop = threading.Event()
+    before = signal.getsignal(signal.SIGINT)
+    previous = _stop_on_signals(stop)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert wait_for(stop.is_set, 5, interval=0.01)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs between bytecodes of this thread
+    finally:
+        _restore_signals(previous)
+    assert signal.getsignal(signal.SIGINT) is before
