@@ -33,7 +33,7 @@ from tracebank.transform.text_render import ChatRenderer, Rendered, parse_json_l
 from tracebank.warehouse.contract import IGNORE_INDEX
 
 _NO_INTS = np.zeros(0, np.int32)
-RENDER_BATCH = 1024
+RENDER_BATCH = 256
 """Conversations rendered per batch encode (the tokenizer splits a batch over every core)."""
 
 TEXT_REASON = "no_prompt_ids"
