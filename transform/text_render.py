@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,35 +134,89 @@ class ChatRenderer:
         """``messages`` (the last one the answer) rendered with ``tools``; trained: every assistant
         token, or with ``answer_only`` those after the prompt (the last message's). Exceptions of
         the template (hostile records, a template's own ``raise_exception``) propagate."""
-        out = self.tokenizer.apply_chat_template(
-            messages,
-            tools=tools or None,
-            tokenize=True,
-            return_dict=True,
-            return_assistant_tokens_mask=True,
+        (out,) = self.render_many([(messages, tools, example)], answer_only)
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def render_many(
+        self,
+        conversations: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]],
+        answer_only: bool,
+    ) -> list[Rendered | Exception]:
+        """:meth:`render` of each (messages, tools, example), in order: its rows, or the exception
+        its template raised. The same ids and mask as ``apply_chat_template(...,
+        return_assistant_tokens_mask=True)`` (what it does, with one batch encode for all texts)."""
+        results: list[Rendered | Exception | None] = [None] * len(conversations)
+        texts, spans, prompts, live = [], [], [], []
+        for k, (messages, tools, _) in enumerate(conversations):
+            try:
+                text, generation = self._text(messages, tools, mask=True)
+                prompt = self._text(messages[:-1], tools, mask=False)[0] if answer_only else ""
+            except Exception as exc:  # noqa: BLE001  the template is code run over hostile records
+                results[k] = exc
+                continue
+            texts.append(text)
+            spans.append(generation)
+            prompts.append(prompt)
+            live.append(k)
+        if not live:
+            return [r for r in results if r is not None]
+        encoded = self._encode(texts)
+        prompt_ids = self._encode(prompts).input_ids if answer_only else []
+        for j, k in enumerate(live):
+            messages, tools, example = conversations[k]
+            ids = np.asarray(encoded.input_ids[j], dtype=np.int32)
+            trained = _assistant_mask(encoded.encodings[j], spans[j], len(ids))
+            if answer_only:
+                trained[: _common_prefix(ids, np.asarray(prompt_ids[j], dtype=np.int32))] = False
+            self._check(texts[j], messages, tools, example)
+            results[k] = Rendered(ids, trained)
+        return [r for r in results if r is not None]
+
+    def _text(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, mask: bool
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """The template's text of ``messages`` and its generation spans (characters), as
+        ``apply_chat_template`` renders it: the answer (``mask``) or the prompt before it."""
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        if not messages:
+            raise ValueError(
+                "Cannot apply chat template to an empty conversation. Provide at least one message."
+            )
+        tools = tools or None
+        render: Any = render_jinja_template  # annotated as returning str: it returns (texts, spans)
+        texts, generation = render(
+            conversations=[messages],
+            tools=tools,
+            documents=None,
+            chat_template=self.tokenizer.get_chat_template(None, tools),
+            return_assistant_tokens_mask=mask,
+            continue_final_message=False,
+            add_generation_prompt=not mask,
+            **self.tokenizer.special_tokens_map,
         )
-        ids = np.asarray(out["input_ids"], dtype=np.int32)
-        trained = np.asarray(out["assistant_masks"], dtype=bool)
-        if answer_only:
-            prompt = self.tokenizer.apply_chat_template(
-                messages[:-1],
-                tools=tools or None,
-                tokenize=True,
-                return_dict=True,
-                add_generation_prompt=True,
-            )["input_ids"]
-            trained[: _common_prefix(ids, np.asarray(prompt, dtype=np.int32))] = False
-        self._check(ids, messages, tools, example)
-        return Rendered(ids, trained)
+        return texts[0], generation[0] if mask else []
+
+    def _encode(self, texts: list[str]) -> Any:
+        """One batch encode, with the arguments ``apply_chat_template`` tokenizes its text with."""
+        return self.tokenizer(
+            texts,
+            padding=False,
+            truncation=False,
+            max_length=None,
+            add_special_tokens=False,
+            return_tensors=None,
+        )
 
     def _check(
         self,
-        ids: np.ndarray,
+        text: str,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         example: str,
     ) -> None:
-        text = self.tokenizer.decode(ids.tolist(), skip_special_tokens=False)
         tools_lost = any(name not in text for name in tool_names(tools or []))
         calls_lost = sum(
             name not in text
@@ -173,6 +228,20 @@ class ChatRenderer:
             self.drops.tools += int(tools_lost)
             self.drops.tool_calls += calls_lost
             self.drops.first_example = self.drops.first_example or example
+
+
+def _assistant_mask(encoding: Any, spans: list[tuple[int, int]], n: int) -> np.ndarray:
+    """Which of ``n`` tokens the generation ``spans`` cover, as ``apply_chat_template`` maps them
+    (its quirks kept: a span whose start maps to no token ends the walk; one whose end maps to no
+    token, or to token 0, runs to the end)."""
+    mask = np.zeros(n, dtype=bool)
+    for start_char, end_char in spans:
+        start = encoding.char_to_token(start_char, 0)
+        end = encoding.char_to_token(end_char - 1, 0)
+        if start is None:
+            break
+        mask[start : end + 1 if end else n] = True
+    return mask
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:

@@ -18,7 +18,7 @@ are refused when nothing else could make a row, else left out and counted (``tex
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,8 @@ from tracebank.transform.text_render import ChatRenderer, Rendered, parse_json_l
 from tracebank.warehouse.contract import IGNORE_INDEX
 
 _NO_INTS = np.zeros(0, np.int32)
+RENDER_BATCH = 256
+"""Conversations rendered per batch encode (the tokenizer splits a batch over every core)."""
 
 TEXT_REASON = "no_prompt_ids"
 """The silver reject reason of a call recorded without prompt ids: a text call."""
@@ -172,20 +174,26 @@ def plan_text_rows(calls: pl.DataFrame, text: TextInputs, names: IdNames) -> tup
     messages = messages_of(
         pl.concat([calls.select("source_order"), named], how="horizontal_extend"), text.load_messages
     )
-    kept, rendered = [], []
-    failed, missing, first_failed = 0, 0, None
+    found = []
+    missing = 0
     for i, (rollout, attempt, span) in enumerate(named.iter_rows()):
         conversation = messages.get((rollout, attempt, span))
         if not conversation or conversation[0][-1].get("role") != "assistant":
             missing += 1
             continue
-        try:
-            rendered.append(text.renderer.render(*conversation, answer_only=text.per_turn, example=rollout))
-        except Exception as exc:  # noqa: BLE001  the template is code run over hostile records
-            failed += 1
-            first_failed = first_failed or f"{rollout}: {type(exc).__name__}: {str(exc)[:200]}"
-            continue
-        kept.append(i)
+        found.append((i, (*conversation, rollout)))
+    kept, rendered = [], []
+    failed, first_failed = 0, None
+    for start in range(0, len(found), RENDER_BATCH):
+        batch = found[start : start + RENDER_BATCH]
+        outs = text.renderer.render_many([c for _, c in batch], answer_only=text.per_turn)
+        for (i, (_, _, rollout)), out in zip(batch, outs, strict=True):
+            if isinstance(out, Exception):
+                failed += 1
+                first_failed = first_failed or f"{rollout}: {type(out).__name__}: {str(out)[:200]}"
+                continue
+            rendered.append(out)
+            kept.append(i)
     text.counts.update(
         calls=int(members.sum()),
         rows=len(kept),
@@ -204,16 +212,37 @@ def messages_of(
 ) -> dict[tuple[str, str, str], tuple[list[dict[str, Any]], list[Any] | None]]:
     """(messages + answer, tools) of each call (with ``answer=False`` the request's messages only),
     from its collection's silver ``messages``; ``calls``: source_order and the named ids."""
-    out = {}
+    out: dict[tuple[str, str, str], tuple[list[dict[str, Any]], list[Any] | None]] = {}
     for (order,), keys in calls.group_by("source_order", maintain_order=True):
         rows = load(int(order), keys.select("rollout_id", "attempt_id", "span_id"))
         rows = rows.sort(["rollout_id", "attempt_id", "span_id", "direction", "message_index"])
-        for key, group in rows.group_by(["rollout_id", "attempt_id", "span_id"], maintain_order=True):
-            inputs = [chat_message(m) for m in group.iter_rows(named=True) if m["direction"] == "input"]
-            outputs = [chat_message(m) for m in group.iter_rows(named=True) if m["direction"] == "output"]
-            tools = parse_json_list(group.get_column("tools")[0])
-            out[(str(key[0]), str(key[1]), str(key[2]))] = (inputs + outputs[:1] if answer else inputs, tools)
+        for key, group in _call_groups(rows):
+            inputs = [chat_message(m) for m in group if m["direction"] == "input"]
+            outputs = [chat_message(m) for m in group if m["direction"] == "output"]
+            tools = parse_json_list(group[0]["tools"])
+            out[key] = (inputs + outputs[:1] if answer else inputs, tools)
     return out
+
+
+def _call_groups(rows: pl.DataFrame) -> Iterator[tuple[tuple[str, str, str], list[dict[str, Any]]]]:
+    """The rows of each call, in order, of ``rows`` sorted by call (one pass over Python lists: a
+    polars group per call costs more than the call's rows)."""
+    columns = ["rollout_id", "attempt_id", "span_id", "direction", "role", "content", "tool_calls"]
+    columns += ["tool_call_id", "tools"]
+    group: list[dict[str, Any]] = []
+    raw: tuple[Any, ...] | None = None  # the key as stored: a null and "None" are two calls, as in polars
+    for values in zip(*(rows.get_column(c).to_list() for c in columns), strict=True):
+        if values[:3] != raw and group:
+            yield _key(group[0]), group
+            group = []
+        raw = values[:3]
+        group.append(dict(zip(columns, values, strict=True)))
+    if group:
+        yield _key(group[0]), group
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return str(row["rollout_id"]), str(row["attempt_id"]), str(row["span_id"])
 
 
 def chat_message(row: dict[str, Any]) -> dict[str, Any]:
